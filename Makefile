@@ -1,0 +1,62 @@
+# Entry points. Every target that needs the controller environment depends on `setup`, which builds
+# .venv/ from the pinned requirements.txt once and is a no-op while requirements.txt is unchanged.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.requirements-installed
+INVENTORY ?= inventory/local
+PLAYBOOKS := $(wildcard playbooks/*.yml)
+PYTEST_ARGS ?=
+
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: help setup site test lint ruff ansible-lint syntax pytest unit integration fleet-up fleet-down clean
+
+help:
+	@echo "make site        provision the hosts of INVENTORY (default: this machine, inventory/local)"
+	@echo "make test        ruff, ansible-lint (production), syntax-check of every playbook, pytest"
+	@echo "make setup       create .venv/ from requirements.txt (no-op when up to date)"
+	@echo "make unit        unit tests only (fast, no fleet, no nvcc)"
+	@echo "make fleet-up    start three disposable systemd hosts and write their inventory"
+	@echo "make fleet-down  stop them and remove everything they left"
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required for ansible-core 2.19 (found " + sys.version.split()[0] + ")")'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --requirement requirements.txt
+	$(BIN)/python -m pip check
+	@touch $@
+
+site: setup
+	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/site.yml
+
+test: lint syntax pytest
+
+lint: ruff ansible-lint
+
+ruff: setup
+	$(BIN)/ruff check .
+
+ansible-lint: setup
+	$(BIN)/ansible-lint --offline --profile production
+
+syntax: setup
+	@for p in $(PLAYBOOKS); do \
+	  echo "syntax-check $$p"; \
+	  $(BIN)/ansible-playbook -i inventory/example --syntax-check $$p || exit 1; \
+	done
+
+pytest: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+unit: setup
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+integration: setup
+	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache .ruff_cache

@@ -1,0 +1,156 @@
+"""CUDA architecture names and compatibility rules, kept in one place.
+
+Every module, role check and test that asks "does this code run on that GPU?" uses these functions.
+Capabilities are always strings ("12.0"), never floats: YAML reads 12.1 and 12.10 as the same float, and
+a float loses the difference between "12.0" and "12".
+
+Rules (see shared upstream facts and the CUDA compatibility guide):
+- SASS ``sm_XY`` runs on devices of the same major with minor >= Y.
+- SASS ``sm_XYa`` (arch-specific) runs only on exactly X.Y.
+- SASS ``sm_XYf`` (family) runs on the family members: same major, minor >= Y (sm_100f: 10.0, 10.3;
+  sm_120f: 12.0, 12.1).
+- PTX ``compute_XY`` is JIT-compiled by the driver for any device >= X.Y.
+- PTX ``compute_XYa`` only for exactly X.Y; ``compute_XYf`` for the family, like SASS ``f``.
+
+Stdlib only, Python 3.8+ (runs on managed hosts).
+"""
+
+import re
+from collections import namedtuple
+
+# Compute capabilities of NVIDIA GPUs that exist (10.1 is Thor under CUDA 12.x, renamed 11.0 in 13.0).
+KNOWN_CAPABILITIES = (
+    "5.0", "5.2", "5.3", "6.0", "6.1", "6.2", "7.0", "7.2", "7.5",
+    "8.0", "8.6", "8.7", "8.8", "8.9", "9.0", "10.0", "10.1", "10.3", "11.0", "12.0", "12.1",
+)  # fmt: skip
+
+SUFFIXES = ("", "a", "f")
+
+
+class ArchError(ValueError):
+    """Raised for a string that is not a CUDA architecture or capability."""
+
+
+Arch = namedtuple("Arch", ["major", "minor", "suffix"])
+"""A parsed architecture: ints major/minor and suffix '' (plain), 'a' (arch-specific) or 'f' (family)."""
+
+_ARCH_RE = re.compile(
+    r"""^\s*
+    (?:(?P<kind>sm|compute|lto)_?)?          # optional sm_ / compute_ / lto_ prefix
+    (?:
+        (?P<dmaj>\d{1,2})\.(?P<dmin>\d)      # dotted: 12.0, 9.0a
+      | (?P<num>\d{2,3})                     # numeric: 120, 90, 100
+    )
+    (?P<suffix>[af]?)
+    \s*$""",
+    re.VERBOSE | re.IGNORECASE,
+)
+
+
+def parse_arch(text):
+    """Parse "12.0", "120", "sm_120a", "compute_120f", "lto_90" into (kind, Arch).
+
+    ``kind`` is "sm", "compute", "lto" or None when the text had no prefix. Raises ArchError with a
+    message that shows the accepted forms.
+    """
+    if isinstance(text, bool) or not isinstance(text, str):
+        raise ArchError(
+            f"CUDA architecture {text!r} must be a string such as \"12.0\", \"sm_120a\" or "
+            f"\"compute_90\" (got {type(text).__name__}; quote numbers in YAML)"
+        )
+    match = _ARCH_RE.match(text)
+    if not match:
+        raise ArchError(
+            f"{text!r} is not a CUDA architecture; use a capability like \"12.0\" or \"120\", or an "
+            "arch like \"sm_120a\", \"sm_100f\", \"compute_90\""
+        )
+    if match.group("num"):
+        num = match.group("num")
+        major, minor = int(num[:-1]), int(num[-1])
+    else:
+        major, minor = int(match.group("dmaj")), int(match.group("dmin"))
+    kind = match.group("kind").lower() if match.group("kind") else None
+    return kind, Arch(major, minor, match.group("suffix").lower())
+
+
+def parse_capability(text, known_only=True):
+    """Return the canonical capability string "X.Y" for user input like "12.0", "120" or "sm_120".
+
+    Suffixes are not allowed (a device has a capability, not an arch-specific target). With
+    ``known_only`` the result must be a capability of a real GPU (KNOWN_CAPABILITIES).
+    """
+    if isinstance(text, float):
+        raise ArchError(
+            f"capability {text!r} is a number; write it as a quoted string, e.g. \"{text}\" (YAML "
+            "turns 12.10 and 12.1 into the same float)"
+        )
+    _kind, arch = parse_arch(text)
+    if arch.suffix:
+        raise ArchError(
+            f"{text!r} names an arch-specific/family target; a GPU capability has no suffix "
+            f"(use \"{arch.major}.{arch.minor}\")"
+        )
+    capability = f"{arch.major}.{arch.minor}"
+    if known_only and capability not in KNOWN_CAPABILITIES:
+        raise ArchError(
+            f"{text!r} is not the compute capability of any known NVIDIA GPU; "
+            f"known: {', '.join(KNOWN_CAPABILITIES)}"
+        )
+    return capability
+
+
+def capability_tuple(capability):
+    """(major, minor) ints for a canonical capability string such as "12.0"."""
+    _kind, arch = parse_arch(capability)
+    return arch.major, arch.minor
+
+
+def format_arch(arch, kind="sm"):
+    """"sm_120a" / "compute_90" / "lto_100f" for an Arch."""
+    return f"{kind}_{arch.major}{arch.minor}{arch.suffix}"
+
+
+def arch_sort_key(name):
+    """Sort key that orders arch strings numerically (sm_90 < sm_90a < sm_100 < sm_100f < sm_120a)."""
+    _kind, arch = parse_arch(name)
+    return arch.major, arch.minor, SUFFIXES.index(arch.suffix)
+
+
+def sorted_archs(names):
+    """Unique arch strings, sorted numerically."""
+    return sorted(set(names), key=arch_sort_key)
+
+
+def sass_runs_on(arch, capability):
+    """Can a cubin built for ``arch`` (Arch or "sm_XY[af]") run on a device of ``capability``?"""
+    if not isinstance(arch, Arch):
+        arch = parse_arch(arch)[1]
+    major, minor = capability_tuple(capability)
+    if arch.suffix == "a":
+        return (arch.major, arch.minor) == (major, minor)
+    # Plain and family cubins: same major, equal or newer minor.
+    return arch.major == major and minor >= arch.minor
+
+
+def ptx_runs_on(arch, capability):
+    """Can PTX for ``arch`` (Arch or "compute_XY[af]") be JIT-compiled for ``capability``?"""
+    if not isinstance(arch, Arch):
+        arch = parse_arch(arch)[1]
+    major, minor = capability_tuple(capability)
+    if arch.suffix == "a":
+        return (arch.major, arch.minor) == (major, minor)
+    if arch.suffix == "f":
+        return arch.major == major and minor >= arch.minor
+    return (major, minor) >= (arch.major, arch.minor)
+
+
+def runs_on(sass, ptx, capability):
+    """How code with these SASS and PTX arches runs on ``capability``: "sass", "ptx-jit" or False.
+
+    SASS wins when both would work (the driver picks a compatible cubin before JIT-compiling PTX).
+    """
+    if any(sass_runs_on(name, capability) for name in sass):
+        return "sass"
+    if any(ptx_runs_on(name, capability) for name in ptx):
+        return "ptx-jit"
+    return False
