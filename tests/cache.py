@@ -1,0 +1,46 @@
+"""Where tests keep what is slow to make and safe to reuse between runs on the same machine.
+
+Everything lives under one directory, ``$SGLANG_FLEET_CACHE`` or ``~/.cache/sglang-fleet`` (outside the
+checkout, so a fresh clone in CI still reuses a previous run's downloads and builds on that machine).
+Entries are keyed by what produced them (versions, package lists), never trusted blindly: callers
+re-create an entry when its key changes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def cache_root() -> Path:
+    root = Path(os.environ.get("SGLANG_FLEET_CACHE") or Path.home() / ".cache" / "sglang-fleet")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def cache_dir(*parts: str) -> Path:
+    path = cache_root().joinpath(*parts)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def wheelhouse() -> Path:
+    """The shared wheel directory (torch, sglang-kernel, nvidia-cuda-* ...) used by tests and the fleet."""
+    return cache_dir("wheelhouse")
+
+
+def pip_download(requirements: list[str], dest: Path | None = None, *, deps: bool = False,
+                 extra_args: list[str] | None = None, timeout: int = 1800) -> Path:
+    """``pip download`` exact requirements (``name==version``) into the wheelhouse; no-op when present.
+
+    Uses the controller's pip configuration (index, mirrors); the repository names no registry host.
+    """
+    dest = dest or wheelhouse()
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+           "--only-binary=:all:", "--dest", str(dest), *(extra_args or [])]
+    if not deps:
+        cmd.append("--no-deps")
+    subprocess.run([*cmd, *requirements], check=True, timeout=timeout)
+    return dest
