@@ -1,0 +1,93 @@
+"""Run this repository's modules and playbooks the way a user does, through ansible-runner.
+
+Results come back per host and per task, so tests assert on real module output (``failed``, ``msg``,
+``changed``, returned values) instead of on console text.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ansible_runner
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class PlayResult:
+    rc: int
+    status: str
+    stdout: str
+    # host -> list of task results (event_data["res"] with "task" and "event" added), in order
+    results: dict[str, list[dict]] = field(default_factory=dict)
+    stats: dict = field(default_factory=dict)
+
+    def task(self, host: str, name: str) -> dict:
+        """The last result of task ``name`` on ``host`` (KeyError when it did not run)."""
+        for res in reversed(self.results.get(host, [])):
+            if res["task"] == name:
+                return res
+        raise KeyError(f"task {name!r} did not run on {host!r}; ran: "
+                       f"{[r['task'] for r in self.results.get(host, [])]}")
+
+
+def _env(extra: dict | None) -> dict:
+    env = {"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
+           "ANSIBLE_LIBRARY": str(REPO_ROOT / "library"),
+           "ANSIBLE_MODULE_UTILS": str(REPO_ROOT / "module_utils"),
+           "ANSIBLE_ROLES_PATH": str(REPO_ROOT / "roles"),
+           "ANSIBLE_NOCOLOR": "1"}
+    env.update(extra or {})
+    return env
+
+
+def run_playbook(playbook: str | Path | list, inventory: str | Path | None = None, *,
+                 extravars: dict | None = None, check: bool = False, limit: str | None = None,
+                 envvars: dict | None = None, timeout: int = 1800, cmdline: str = "") -> PlayResult:
+    """Run a playbook (a path, or a list of plays) and collect per-host task results."""
+    inventory = str(inventory or REPO_ROOT / "inventory" / "local")
+    with tempfile.TemporaryDirectory(prefix="ansible-runner-") as private:
+        if isinstance(playbook, (str, Path)):
+            playbook = str(Path(playbook).resolve())
+        options = []
+        if check:
+            options.append("--check")
+        if cmdline:
+            options.append(cmdline)
+        runner = ansible_runner.run(
+            private_data_dir=private, playbook=playbook, inventory=inventory, extravars=extravars,
+            limit=limit, envvars=_env(envvars), quiet=True, timeout=timeout,
+            cmdline=" ".join(options) or None, project_dir=str(REPO_ROOT),
+        )
+        results: dict[str, list[dict]] = {}
+        for event in runner.events:
+            data = event.get("event_data", {})
+            if event.get("event") in ("runner_on_ok", "runner_on_failed", "runner_on_skipped",
+                                      "runner_on_unreachable", "runner_item_on_failed"):
+                res = dict(data.get("res", {}))
+                res["task"] = data.get("task")
+                res["event"] = event["event"]
+                results.setdefault(data.get("host"), []).append(res)
+        stats = runner.stats or {}
+        return PlayResult(rc=runner.rc, status=runner.status, stdout=runner.stdout.read(),
+                          results=results, stats=stats)
+
+
+def run_module(module: str, args: dict | None = None, *, check: bool = False,
+               host: str = "localhost", inventory: str | Path | None = None,
+               envvars: dict | None = None) -> dict:
+    """Run one module on one host (default: this machine) and return its result dict."""
+    play = [{"hosts": host, "gather_facts": False,
+             "tasks": [{"name": "module under test", module: args or {}}]}]
+    result = run_playbook(play, inventory, check=check, envvars=envvars)
+    return result.task(host, "module under test")
+
+
+# ansible-runner looks ansible-playbook up on PATH: use the one next to this interpreter (.venv/bin).
+_BIN = str(Path(sys.executable).parent)
+if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
