@@ -223,7 +223,9 @@ def _scan_entries(image, pos, end, collector, where):
         kind = image.unpack(_U16, pos, what, end)[0]
         header_size = image.unpack(_U32, pos + 4, what, end)[0]
         payload_size = image.unpack(_U64, pos + 8, what, end)[0]
-        if header_size < MIN_ENTRY_HEADER or pos + header_size + payload_size > end:
+        if header_size < MIN_ENTRY_HEADER:
+            image.fail(f"corrupt {where}: fatbin entry at offset {pos:#x} has header size {header_size}")
+        if pos + header_size + payload_size > end:
             image.fail(f"truncated or corrupt {where}: fatbin entry at offset {pos:#x} (header "
                        f"{header_size} + payload {payload_size} bytes) overruns its container ending "
                        f"at {end:#x}")

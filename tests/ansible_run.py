@@ -34,6 +34,11 @@ class PlayResult:
         raise KeyError(f"task {name!r} did not run on {host!r}; ran: "
                        f"{[r['task'] for r in self.results.get(host, [])]}")
 
+    def task_runs(self, name: str) -> dict[str, dict]:
+        """{host: last result} of task ``name`` on every host it ran on (run_once tasks: one host)."""
+        return {host: res for host, results in self.results.items()
+                for res in results if res["task"] == name}
+
 
 def _env(extra: dict | None) -> dict:
     env = {"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),

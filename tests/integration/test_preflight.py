@@ -1,0 +1,139 @@
+"""playbooks/preflight.yml and playbooks/site.yml, run through ansible-runner like a user runs them.
+
+The bad-inventory hosts point at TEST-NET addresses (192.0.2.0/24, never routed): if preflight
+contacted them before failing, the result would be "unreachable", not the inventory failure asserted.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from ansible_run import REPO_ROOT, run_module, run_playbook
+
+pytestmark = pytest.mark.integration
+
+PREFLIGHT = REPO_ROOT / "playbooks" / "preflight.yml"
+SITE = REPO_ROOT / "playbooks" / "site.yml"
+CHECK_TASK = "Check project variables against every role's argument specs"
+NO_CONNECT = "--tags preflight_version,preflight_inventory"
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_example_inventory_passes_without_contacting_hosts():
+    result = run_playbook(PREFLIGHT, REPO_ROOT / "inventory" / "example", cmdline=NO_CONNECT)
+    assert result.rc == 0, result.stdout
+    hosts = {"bw-01", "bw-02", "b200-01", "h200-01", "build-01"}
+    assert set(result.results) == hosts
+    for host in hosts:
+        checked = result.task(host, CHECK_TASK)
+        assert checked["event"] == "runner_on_ok"
+        assert checked["problems"] == []
+    assert "gpu_capability" in result.task("bw-01", CHECK_TASK)["checked"]
+    assert "gpu_capability" not in result.task("build-01", CHECK_TASK)["checked"]
+
+
+def test_bad_yaml_inventory_names_host_and_variable(tmp_path):
+    inventory = write(tmp_path, "hosts.yml", """\
+        all:
+          vars:
+            ansible_user: nobody
+          hosts:
+            float-cap: {ansible_host: 192.0.2.1, gpu_capability: 12.0}
+            unknown-cap: {ansible_host: 192.0.2.2, gpu_capability: "13.0"}
+            string-bool: {ansible_host: 192.0.2.3, preflight_fail_on_unsupported_os: "no"}
+            typo: {ansible_host: 192.0.2.4, gpu_capabilty: "12.0"}
+            removed: {ansible_host: 192.0.2.5, sgl_kernel_cuda_archs: "120"}
+            good: {ansible_host: 192.0.2.6, gpu_capability: "12.0"}
+        """)
+    result = run_playbook(PREFLIGHT, inventory)
+    assert result.rc != 0
+    expected = {
+        "float-cap": "gpu_capability must be a string, got float 12.0",
+        "unknown-cap": "gpu_capability: '13.0' is not the compute capability of any known NVIDIA GPU",
+        "string-bool": "preflight_fail_on_unsupported_os is the string 'no', not a boolean",
+        "typo": "gpu_capabilty is not a variable of this project; did you mean 'gpu_capability'?",
+        "removed": "sgl_kernel_cuda_archs is not supported",
+    }
+    for host, fragment in expected.items():
+        res = result.task(host, CHECK_TASK)
+        assert res["event"] == "runner_on_failed"
+        assert f"host {host}: {fragment}" in res["msg"], res["msg"]
+    assert result.task("good", CHECK_TASK)["event"] == "runner_on_ok"
+    # any_errors_fatal: nothing after the check ran on any host, so none was contacted.
+    for host in [*expected, "good"]:
+        assert [r["task"] for r in result.results[host]][-1] == CHECK_TASK
+    assert not any(result.stats.get("dark", {}).values())
+
+
+def test_ini_inventory_unquoted_capability_is_a_float(tmp_path):
+    inventory = write(tmp_path, "hosts.ini", """\
+        [blackwell]
+        bw-01 ansible_host=192.0.2.10
+
+        [blackwell:vars]
+        gpu_capability=12.0
+        """)
+    result = run_playbook(PREFLIGHT, inventory)
+    assert result.rc != 0
+    message = result.task("bw-01", CHECK_TASK)["msg"]
+    assert "host bw-01: gpu_capability must be a string, got float 12.0" in message
+
+
+def test_ansible_core_outside_window_fails_first(tmp_path):
+    result = run_playbook(PREFLIGHT, REPO_ROOT / "inventory" / "example", cmdline=NO_CONNECT,
+                          extravars={"__preflight_ansible_core_min": "2.99.0"})
+    assert result.rc != 0
+    [res] = result.task_runs("Require ansible-core within the supported window").values()
+    assert "is outside the supported window [2.99.0, 2.20.0)" in res["msg"]
+    assert "make setup" in res["msg"]
+    with pytest.raises(KeyError):
+        result.task("bw-01", CHECK_TASK)
+
+
+def test_unsupported_os_fails_with_host_named():
+    result = run_playbook(PREFLIGHT, extravars={"preflight_supported_os": {"Debian": ["11"]}})
+    assert result.rc != 0
+    res = result.task("localhost", "Require a supported operating system and architecture")
+    assert res["event"] == "runner_on_failed"
+    assert "localhost runs Debian 12 on x86_64; supported: Debian 11" in res["msg"]
+
+
+def test_unsupported_os_can_be_reported_only():
+    result = run_playbook(PREFLIGHT, extravars={"preflight_supported_os": {"Debian": ["11"]},
+                                                "preflight_fail_on_unsupported_os": False})
+    assert result.rc == 0, result.stdout
+    assert "NOT supported" in result.task("localhost", "Report the operating system")["msg"]
+
+
+def test_site_runs_to_a_summary_on_this_machine():
+    result = run_playbook(SITE)
+    assert result.rc == 0, result.stdout
+    summary = result.task("localhost", "Show the host summary")["msg"]
+    assert any(line.startswith("os: ") for line in summary)
+    assert result.stats["failures"] == {}
+    assert not any(result.stats.get("changed", {}).values())
+
+
+def test_inventory_check_module_bad_spec_is_a_clear_failure():
+    result = run_module("inventory_check", {"host": "h1", "variables": {"x_a": 1},
+                                            "specs": {"x": {"argument_specs": "not a mapping"}}})
+    assert result["event"] == "runner_on_failed"
+    assert result["msg"].startswith("host h1: could not check variables:")
+    assert "Traceback" not in str(result)
+
+
+def test_inventory_check_module_never_changes_and_supports_check_mode():
+    specs = {"demo": {"argument_specs": {"main": {"options": {"demo_on": {"type": "bool"}}}}}}
+    for check in (False, True):
+        result = run_module("inventory_check", {"host": "h1", "variables": {"demo_on": True},
+                                                "specs": specs}, check=check)
+        assert result["event"] == "runner_on_ok"
+        assert result["changed"] is False
+        assert result["checked"] == ["demo_on"]
