@@ -32,6 +32,11 @@ options:
     type: list
     elements: path
     default: [/sys/module/nvidia/version, /proc/driver/nvidia/version]
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
 notes:
   - Supports check mode; the result is the same.
   - Capabilities are strings (V("12.0")), never floats.
@@ -121,8 +126,8 @@ reload_reason:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.nvidia_smi import KERNEL_MODULE_VERSION_FILES, NvidiaSmiError, gpu_facts  # noqa: E402
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.nvidia_smi import KERNEL_MODULE_VERSION_FILES, NvidiaSmiError, gpu_facts
 
 
 def main():

@@ -50,6 +50,11 @@ options:
         module fails.
     type: int
     default: 120
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
 notes:
   - Supports check mode; the result is the same.
   - CUDA devices are ordered as torch sees them (C(CUDA_DEVICE_ORDER), C(CUDA_VISIBLE_DEVICES) of the
@@ -148,9 +153,9 @@ missing:
   sample: ["11.0"]
 """
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.cuda_arch import ArchError  # noqa: E402
-from ansible.module_utils.torch_probe import (  # noqa: E402
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.cuda_arch import ArchError
+from ansible.module_utils.torch_probe import (
     DEFAULT_CUDA_INDEX_URL,
     TorchProbeError,
     check_requirements,
