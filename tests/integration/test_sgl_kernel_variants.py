@@ -6,6 +6,7 @@ nvcc-compiled shared objects (tests/cudabuild.py) out as sm90/, sm100/ and packa
 """
 
 import fcntl
+import json
 import shutil
 import subprocess
 import venv
@@ -248,3 +249,22 @@ def test_module_truncated_library(tmp_path, cuda_fixtures):
     assert failed["msg"].startswith(
         f"sm100/common_ops.abi3.so in {package} is not a readable shared object (")
     assert failed["msg"].endswith("); reinstall sglang-kernel")
+
+
+def test_gpu_host_report_runs_without_ansible(tmp_path, wheel_package):
+    """The lead's command for a GPU host, run as there: by a python3 with torch and without Ansible."""
+    torch = str(torch_python("2.14.1"))
+    has_ansible = subprocess.run([torch, "-c", "import ansible"], capture_output=True, check=False)
+    assert has_ansible.returncode != 0, "the torch venv unexpectedly has Ansible"
+    report_script = Path(__file__).resolve().parent.parent / "gpu_host_report.py"
+    done = subprocess.run([torch, str(report_script), "--package-dir", wheel_package,
+                           "--record", str(tmp_path / "capture")],
+                          capture_output=True, text=True, timeout=600, check=True)
+    report = json.loads(done.stdout)
+    assert report["host"]["python"] == torch
+    assert report["torch_own"]["torch.__version__"] == report["torch_cuda_archs"]["torch_version"]
+    assert report["agreement"]["torch_cuda_archs_arch_list_equals_torch"] is True
+    assert report["sgl_kernel_variants"]["selected_variant"] == "sm100"
+    assert sorted(report["sgl_kernel_variants"]["variants"]) == ["sm100", "sm90"]
+    assert report["gpu_facts"]["present"] is bool(shutil.which("nvidia-smi"))
+    assert (tmp_path / "capture" / "provenance.txt").exists()
