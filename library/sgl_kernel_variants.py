@@ -109,6 +109,10 @@ capability_source:
   description: C(param), C(nvidia-smi), or C(none) with the reason in C(gpu_reason).
   returned: always
   type: str
+gpu_reason:
+  description: Why nvidia-smi found no GPU, when it was asked (no O(capability), or O(import_check)).
+  returned: always
+  type: str
 variants:
   description: >-
     Every common_ops variant, keyed by subdirectory name (C(root) for the package-root file):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from ansible_run import run_module
+from documented import assert_documented
 
 pytestmark = pytest.mark.integration
 
@@ -48,6 +49,7 @@ def test_rtx_pro_6000_host():
         "memory_total_mib": 97887, "pci_bus_id": "00000000:C1:00.0", "driver_version": "580.95.05"}
     assert result["cuda_driver_version"] == "13.0"
     assert result["kernel_module_mismatch"] is False
+    assert_documented("gpu_facts", result)
 
 
 def test_driver_mismatch_host(tmp_path):

@@ -19,6 +19,7 @@ from ansible.module_utils.sgl_kernel_probe import check_sgl_kernel
 from ansible_run import run_module
 from cache import cache_dir, pip_download
 from cudabuild import compiled_fixtures
+from documented import assert_documented
 from torchenv import torch_python
 
 pytestmark = pytest.mark.integration
@@ -212,6 +213,7 @@ def test_module_import_check_imports_for_real(tmp_path, wheel_package):
     assert check["torch_version"] == "2.14.1+cu130"
     assert "Could not load any common_ops library" in check["error"]
     assert "libcuda.so.1: cannot open shared object file" in check["error"]
+    assert_documented("sgl_kernel_variants", result)
     assert check["hint"] == ("the NVIDIA driver library libcuda.so.1 is not loadable: install or repair "
                              "the driver")
 

@@ -11,6 +11,7 @@ import venv
 
 import pytest
 from ansible_run import run_module
+from documented import assert_documented
 from torchenv import torch_python
 
 pytestmark = pytest.mark.integration
@@ -74,6 +75,7 @@ def test_cuda_build(cuda_torch):
     assert result["missing"] == []
     assert result["require"] == ["9.0", "10.0", "12.0", "12.1"]
     assert result["python"] == cuda_torch
+    assert_documented("torch_cuda_archs", result)
 
 
 def test_cuda_build_missing_capability(cuda_torch):
