@@ -12,7 +12,7 @@ import os
 import sys
 
 from ansible.module_utils.cuda_arch import ArchError, parse_capability
-from ansible.module_utils.nvidia_smi import first_capability, gpu_facts
+from ansible.module_utils.nvidia_smi import NvidiaSmiError, first_capability, gpu_facts
 from ansible.module_utils.python_probe import ProbeError, run_probe
 from ansible.module_utils.sgl_kernel_layout import LayoutError, inspect_layout
 
@@ -131,18 +131,22 @@ def check_sgl_kernel(*, python=None, package_dir=None, capability=None, import_c
     if bool(python) == bool(package_dir):
         raise SglKernelProbeError("give exactly one of python (the environment's interpreter) and "
                                   "package_dir (an sgl_kernel directory)")
-    result = {"python": None}
-    if python:
-        package_dir, result["python"] = locate_package(python, timeout)
-    # nvidia-smi only when needed: for the default capability, or to know whether a GPU can import.
-    gpu = gpu_facts(nvidia_smi, timeout=min(timeout, 30)) if capability is None or import_check else None
+    source = "param"
     if capability is not None:
         try:
             capability = parse_capability(capability)
         except ArchError as exc:
             raise SglKernelProbeError(f"capability: {exc}") from None
-        source = "param"
-    else:
+    result = {"python": None}
+    if python:
+        package_dir, result["python"] = locate_package(python, timeout)
+    gpu = None
+    if capability is None or import_check:  # nvidia-smi only when needed
+        try:
+            gpu = gpu_facts(nvidia_smi, timeout=min(timeout, 30))
+        except NvidiaSmiError as exc:
+            raise SglKernelProbeError(f"{exc}; please report this output with the driver version") from None
+    if capability is None:
         capability = first_capability(gpu)
         source = "nvidia-smi" if capability else "none"
     try:

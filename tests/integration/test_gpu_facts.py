@@ -69,6 +69,22 @@ def test_driver_not_loaded_is_not_a_failure():
     assert result["reason"].startswith("the NVIDIA driver is not loaded")
 
 
+def test_unparseable_answer_fails_cleanly(tmp_path):
+    # A future driver that answered the query in another shape: a clear failure, never a traceback.
+    (tmp_path / "query.txt").write_text("0, NVIDIA H200, GPU-1\n")
+    result = run_module("gpu_facts", {"nvidia_smi": str(STAND_INS / "nvidia-smi")},
+                        envvars={"NVIDIA_SMI_RECORDING": str(tmp_path)})
+    assert result["event"] == "runner_on_failed"
+    assert result["msg"] == ("unexpected nvidia-smi line (want 7 fields index,name,uuid,compute_cap,"
+                             "memory.total,pci.bus_id,driver_version): '0,NVIDIA H200,GPU-1'; please report "
+                             "this output with the driver version")
+    failed = run_module("sgl_kernel_variants", {"package_dir": str(tmp_path), "nvidia_smi":
+                                                str(STAND_INS / "nvidia-smi")},
+                        envvars={"NVIDIA_SMI_RECORDING": str(tmp_path)})
+    assert failed["event"] == "runner_on_failed"
+    assert failed["msg"].startswith("unexpected nvidia-smi line (want 7 fields")
+
+
 def test_bad_input():
     failed = run_module("gpu_facts", {"timeout": -5})
     assert failed["event"] == "runner_on_failed"
