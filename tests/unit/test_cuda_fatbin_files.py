@@ -1,6 +1,7 @@
 """Scanner behaviour on inputs that need no nvcc: what is a candidate, what is an error, what is empty."""
 
 import os
+import struct
 import sys
 
 import pytest
@@ -60,3 +61,26 @@ def test_explicit_file_is_scanned_whatever_its_name(tmp_path):
     path.write_text("hello\n")
     assert list(iter_candidate_files([path])) == [str(path)]
     assert scan_file(path) == EMPTY
+
+
+# Hand-made hostile inputs (no compiler could emit them): the header caps must end the walk quickly.
+CONTAINER = struct.Struct("<IHHQ")
+
+
+@pytest.mark.timeout(60)
+def test_a_million_empty_containers_is_refused(tmp_path):
+    path = tmp_path / "hostile.fatbin"
+    path.write_bytes(CONTAINER.pack(0xBA55ED50, 1, 16, 0) * 1000001)
+    with pytest.raises(FatbinError, match="more than 1000000 fatbin headers"):
+        scan_file(path)
+
+
+@pytest.mark.timeout(60)
+def test_a_container_of_minimal_entries_is_refused(tmp_path):
+    entry = struct.pack("<HHIQ", 99, 0x0101, 48, 0).ljust(48, b"\0")  # unknown kind, empty payload
+    path = tmp_path / "hostile.fatbin"
+    path.write_bytes(CONTAINER.pack(0xBA55ED50, 1, 16, 48 * 1000001) + entry * 1000001)
+    with pytest.raises(FatbinError, match="more than 1000000 fatbin headers"):
+        scan_file(path)
+    path.write_bytes(CONTAINER.pack(0xBA55ED50, 1, 16, 48 * 1000) + entry * 1000)
+    assert scan_file(path) == EMPTY  # entries of a kind that is not code are skipped, not errors
