@@ -21,6 +21,7 @@ or corrupted file raises FatbinError (naming the file and the problem) in bounde
 Stdlib only, Python 3.8+ (runs on managed hosts).
 """
 
+import contextlib
 import mmap
 import os
 import re
@@ -34,6 +35,7 @@ DeviceCode = namedtuple("DeviceCode", ["sass", "ptx", "lto"])
 """Per file: sorted unique arch names, e.g. sass ["sm_90a", "sm_120f"], ptx ["compute_90"], lto ["lto_90"]."""
 
 FATBIN_MAGIC = 0xBA55ED50
+FATBIN_MAGIC_BYTES = struct.pack("<I", FATBIN_MAGIC)
 ENTRY_KINDS = {1: "compute", 2: "sm", 8: "lto"}  # PTX, cubin, LTO-IR; other kinds are not code we rate
 FLAG_ARCH_SPECIFIC = 0x100000
 FLAG_FAMILY = 0x200000
@@ -47,10 +49,15 @@ COMPAT_ATTR_ARCH_SPECIFIC = 9
 # Caps that keep a hostile or corrupted file from costing unbounded time; real files are far below them
 # (libtorch_cuda.so 2.14.1: 40 sections, 475 containers, 2975 entries).
 MAX_SECTIONS = 1000000
-MAX_ENTRIES = 2000000
+MAX_HEADERS = 1000000  # containers + entries per file; the largest seen: libcublasLt.so.13, 5737 entries
 MAX_CONTAINER_HEADER = 4096
 MIN_ENTRY_HEADER = 48  # we read up to the flags at offset 40..48
 MAX_NOTE_BYTES = 4096
+# Linux maps a whole (large) page-cache folio on each fault, so reading one header per entry of a warm
+# 500 MB library would map hundreds of MB into our RSS; dropping the mappings behind the walk every
+# RELEASE_STRIDE bytes keeps the peak small (the pages stay cached; nothing is re-read from disk).
+RELEASE_STRIDE = 16 << 20
+_MADV_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
 
 CANDIDATE_NAME = re.compile(r"\.(so(\.\d+)*|o|cubin|fatbin)$")
 _NONZERO = re.compile(rb"[^\x00]")
@@ -76,6 +83,15 @@ class _Image:
         self.path = path
         self.data = data
         self.size = len(data)
+        self.released = 0
+
+    def moved_to(self, offset):
+        """The walk reached ``offset``: unmap what lies behind it, one stride at a time."""
+        if offset - self.released >= RELEASE_STRIDE and _MADV_DONTNEED is not None:
+            start = self.released - self.released % mmap.PAGESIZE
+            with contextlib.suppress(OSError, ValueError):  # only a memory optimisation
+                self.data.madvise(_MADV_DONTNEED, start, min(offset, self.size) - start)
+            self.released = offset
 
     def fail(self, problem):
         raise FatbinError(f"{self.path}: {problem}")
@@ -96,7 +112,12 @@ class _Collector:
     def __init__(self, image):
         self.image = image
         self.found = {"sm": set(), "compute": set(), "lto": set()}
-        self.entries = 0
+        self.headers = 0
+
+    def count_header(self, where):
+        self.headers += 1
+        if self.headers > MAX_HEADERS:
+            self.image.fail(f"corrupt {where}: more than {MAX_HEADERS} fatbin headers")
 
     def add(self, kind, sm, suffix, where):
         if not 10 <= sm <= 999:
@@ -127,7 +148,7 @@ def scan_file(path):
 def _scan_image(image):
     head = image.data[:4]
     collector = _Collector(image)
-    if head == _U32.pack(FATBIN_MAGIC):
+    if head == FATBIN_MAGIC_BYTES:
         _scan_fatbin(image, 0, image.size, collector, "fatbin file")
         return collector.result()
     if head != b"\x7fELF":
@@ -192,14 +213,15 @@ def _scan_fatbin(image, start, end, collector, where):
     """Walk back-to-back fatbin containers in [start, end)."""
     data, pos = image.data, start
     while pos < end:
-        if data[pos:pos + 4] != b"\x50\xed\x55\xba":
+        if data[pos:pos + 4] != FATBIN_MAGIC_BYTES:
             nonzero = _NONZERO.search(data, pos, end)
             if nonzero is None:
                 return  # trailing alignment padding
-            if nonzero.start() == pos or data[nonzero.start():nonzero.start() + 4] != b"\x50\xed\x55\xba":
+            if nonzero.start() == pos or data[nonzero.start():nonzero.start() + 4] != FATBIN_MAGIC_BYTES:
                 image.fail(f"corrupt {where}: no fatbin container header at offset "
                            f"{nonzero.start():#x}")
             pos = nonzero.start()
+        collector.count_header(where)
         _magic, version, header_size, body_size = image.unpack(_CONTAINER, pos, f"fatbin header in "
                                                                f"{where}", end)
         if version != 1:
@@ -216,9 +238,8 @@ def _scan_fatbin(image, start, end, collector, where):
 
 def _scan_entries(image, pos, end, collector, where):
     while pos < end:
-        collector.entries += 1
-        if collector.entries > MAX_ENTRIES:
-            image.fail(f"corrupt {where}: more than {MAX_ENTRIES} fatbin entries")
+        image.moved_to(pos)
+        collector.count_header(where)
         what = f"fatbin entry header in {where}"
         kind = image.unpack(_U16, pos, what, end)[0]
         header_size = image.unpack(_U32, pos + 4, what, end)[0]

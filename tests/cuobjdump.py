@@ -18,6 +18,7 @@ from cache import cache_dir, pip_download, wheelhouse
 
 CUOBJDUMP_VERSION = "13.5.37"
 NO_DEVICE_CODE_RC = 255  # cuobjdump's exit status for a file without any fatbin
+LIST_ARGS = ("-lelf", "-lptx")
 
 Listing = namedtuple("Listing", ["sass", "ptx"])
 _LINE = re.compile(r"^(ELF|PTX) file\s+\d+:\s+\S*?\b(sm_\d+[af]?)\.(cubin|ptx)$")
@@ -52,14 +53,19 @@ def cuobjdump_listing(path: Path, timeout: int = 900) -> Listing:
     ``compute_*`` like the scanner does. Raises on any line it does not understand, so a change in
     cuobjdump's output shows up as a test error instead of a silently empty set.
     """
-    done = subprocess.run([str(cuobjdump_path()), "-lelf", "-lptx", str(path)], capture_output=True,
+    done = subprocess.run([str(cuobjdump_path()), *LIST_ARGS, str(path)], capture_output=True,
                           text=True, timeout=timeout, check=False)
-    if done.returncode == NO_DEVICE_CODE_RC and "does not contain device code" in done.stderr:
+    return parse_listing(path, done.returncode, done.stdout, done.stderr)
+
+
+def parse_listing(path, returncode: int, stdout: str, stderr: str) -> Listing:
+    """The Listing of one ``cuobjdump -lelf -lptx`` run from its exit status and output."""
+    if returncode == NO_DEVICE_CODE_RC and "does not contain device code" in stderr:
         return Listing(frozenset(), frozenset())
-    if done.returncode != 0:
-        raise RuntimeError(f"cuobjdump failed on {path} (rc {done.returncode}): {done.stderr.strip()}")
+    if returncode != 0:
+        raise RuntimeError(f"cuobjdump failed on {path} (rc {returncode}): {stderr.strip()}")
     sass, ptx = set(), set()
-    for line in done.stdout.splitlines():
+    for line in stdout.splitlines():
         match = _LINE.match(line.strip())
         if not match:
             raise RuntimeError(f"unexpected cuobjdump output line for {path}: {line!r}")

@@ -1,0 +1,128 @@
+"""Arch names and the rules for which code runs on which GPU (module_utils/cuda_arch)."""
+
+import pytest
+from ansible.module_utils.cuda_arch import (
+    Arch,
+    ArchError,
+    format_arch,
+    parse_arch,
+    parse_capability,
+    ptx_runs_on,
+    runs_on,
+    sass_runs_on,
+    sorted_archs,
+)
+
+
+@pytest.mark.parametrize(("text", "kind", "arch"), [
+    ("12.0", None, Arch(12, 0, "")),
+    ("120", None, Arch(12, 0, "")),
+    ("9.0a", None, Arch(9, 0, "a")),
+    ("sm_120a", "sm", Arch(12, 0, "a")),
+    ("SM_90A", "sm", Arch(9, 0, "a")),
+    ("sm90", "sm", Arch(9, 0, "")),
+    ("compute_120f", "compute", Arch(12, 0, "f")),
+    ("lto_100f", "lto", Arch(10, 0, "f")),
+    (" sm_121a ", "sm", Arch(12, 1, "a")),
+    ("75", None, Arch(7, 5, "")),
+])
+def test_parse_arch_accepts_every_documented_form(text, kind, arch):
+    assert parse_arch(text) == (kind, arch)
+
+
+@pytest.mark.parametrize("text", ["1", "sm_1", "1200", "sm_120x", "", "gfx90a", "sm_120af", "12.0.1",
+                                  "compute-90", "12,0"])
+def test_parse_arch_rejects_other_text_with_the_accepted_forms(text):
+    with pytest.raises(ArchError, match=r'is not a CUDA architecture; use a capability like "12.0"'):
+        parse_arch(text)
+
+
+@pytest.mark.parametrize("value", [None, 120, True, ["12.0"]])
+def test_parse_arch_rejects_non_strings(value):
+    with pytest.raises(ArchError, match="must be a string"):
+        parse_arch(value)
+
+
+@pytest.mark.parametrize(("text", "capability"), [
+    ("12.0", "12.0"), ("120", "12.0"), ("sm_120", "12.0"), ("compute_90", "9.0"), ("10.3", "10.3"),
+    ("121", "12.1"),
+])
+def test_parse_capability_canonical_form(text, capability):
+    assert parse_capability(text) == capability
+
+
+def test_parse_capability_errors_say_what_to_write():
+    with pytest.raises(ArchError, match=r'write it as a quoted string, e.g. "12.0"'):
+        parse_capability(12.0)
+    with pytest.raises(ArchError, match=r'a GPU capability has no suffix \(use "12.0"\)'):
+        parse_capability("sm_120a")
+    with pytest.raises(ArchError, match=r"not the compute capability of any known NVIDIA GPU; known: 5\.0"):
+        parse_capability("13.0")
+    with pytest.raises(ArchError, match=r"'12' is not the compute capability of any known NVIDIA GPU"):
+        parse_capability("12")  # sm_12 (CUDA 1.2), not 12.0: numeric forms need the minor digit
+    assert parse_capability("13.0", known_only=False) == "13.0"
+
+
+def test_sorted_archs_is_numeric_unique_and_orders_plain_a_f():
+    names = ["sm_120a", "sm_90", "sm_100f", "sm_90a", "sm_100", "sm_90", "sm_75", "sm_120"]
+    assert sorted_archs(names) == ["sm_75", "sm_90", "sm_90a", "sm_100", "sm_100f", "sm_120", "sm_120a"]
+    assert sorted_archs(["compute_120f", "compute_90"]) == ["compute_90", "compute_120f"]
+
+
+def test_format_arch_round_trips():
+    for name in ("sm_90a", "compute_120f", "lto_100", "sm_121a"):
+        kind, arch = parse_arch(name)
+        assert format_arch(arch, kind) == name
+
+
+@pytest.mark.parametrize(("arch", "capability", "expected"), [
+    ("sm_80", "8.6", True),     # plain: same major, newer minor
+    ("sm_86", "8.0", False),    # ... never an older minor
+    ("sm_80", "9.0", False),    # ... never another major
+    ("sm_90", "9.0", True),
+    ("sm_100", "10.3", True),
+    ("sm_100", "11.0", False),
+    ("sm_120", "12.1", True),
+    ("sm_90a", "9.0", True),    # arch-specific: exactly that capability
+    ("sm_90a", "10.0", False),
+    ("sm_100a", "10.3", False),
+    ("sm_120a", "12.1", False),
+    ("sm_121a", "12.0", False),
+    ("sm_100f", "10.0", True),  # family: members with the same major and minor >= the family's
+    ("sm_100f", "10.3", True),
+    ("sm_103f", "10.0", False),
+    ("sm_100f", "12.0", False),
+    ("sm_120f", "12.0", True),
+    ("sm_120f", "12.1", True),
+])
+def test_sass_runs_on(arch, capability, expected):
+    assert sass_runs_on(arch, capability) is expected
+
+
+@pytest.mark.parametrize(("arch", "capability", "expected"), [
+    ("compute_90", "12.0", True),     # plain PTX: any newer capability, across majors (JIT)
+    ("compute_75", "9.0", True),
+    ("compute_120", "9.0", False),
+    ("compute_100", "10.3", True),
+    ("compute_90a", "9.0", True),     # arch-specific PTX: exactly that capability
+    ("compute_90a", "10.0", False),
+    ("compute_120a", "12.1", False),
+    ("compute_120f", "12.1", True),   # family PTX: the family only
+    ("compute_100f", "10.3", True),
+    ("compute_100f", "12.0", False),
+])
+def test_ptx_runs_on(arch, capability, expected):
+    assert ptx_runs_on(arch, capability) is expected
+
+
+@pytest.mark.parametrize(("sass", "ptx", "capability", "expected"), [
+    (["sm_90"], ["compute_80"], "9.0", "sass"),            # a cubin wins over JIT when both work
+    (["sm_90"], ["compute_80"], "12.0", "ptx-jit"),
+    (["sm_80", "sm_90", "sm_100a"], [], "12.0", False),    # the sgl-kernel sm100/ miss on Blackwell 12.0
+    (["sm_100a"], ["compute_100a"], "10.3", False),
+    (["sm_100f"], [], "10.3", "sass"),
+    ([], ["compute_120f"], "12.1", "ptx-jit"),
+    ([], [], "9.0", False),
+])
+def test_runs_on_prefers_sass_then_ptx(sass, ptx, capability, expected):
+    assert runs_on(sass, ptx, capability) == expected
