@@ -1,0 +1,154 @@
+#!/usr/bin/python
+"""Ansible module: NVIDIA GPUs, driver versions and the loaded kernel module (read-only)."""
+
+DOCUMENTATION = r"""
+---
+module: gpu_facts
+short_description: Report NVIDIA GPUs, driver and CUDA driver versions, and kernel module state
+description:
+  - Queries nvidia-smi for every GPU (index, name, UUID, compute capability, memory, PCI bus id) and the
+    driver and CUDA driver versions, and reads the version of the loaded C(nvidia) kernel module.
+  - A host without nvidia-smi, without a loaded driver, or whose driver sees no GPU is a normal answer,
+    C(present=false) with a C(reason), not a failure.
+  - Compares the loaded kernel module with the user-space driver; a difference (the state after a driver
+    upgrade without reboot, where nvidia-smi reports "Driver/library version mismatch") sets
+    C(reload_required).
+  - Never changes anything.
+version_added: "1.0.0"
+author: sglang-fleet maintainers
+options:
+  nvidia_smi:
+    description:
+      - Path of nvidia-smi. Default is the one on the remote PATH, then the usual install directories.
+    type: path
+  timeout:
+    description:
+      - Seconds each nvidia-smi call may take; a hung GPU or driver gives C(present=false) with a reason.
+    type: int
+    default: 30
+  kernel_module_version_files:
+    description:
+      - Files to read the loaded module's version from, first readable wins.
+    type: list
+    elements: path
+    default: [/sys/module/nvidia/version, /proc/driver/nvidia/version]
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+notes:
+  - Supports check mode; the result is the same.
+  - Capabilities are strings (V("12.0")), never floats.
+seealso:
+  - module: torch_cuda_archs
+  - module: sgl_kernel_variants
+"""
+
+EXAMPLES = r"""
+- name: Read GPU facts
+  gpu_facts:
+  register: gpu
+
+- name: Stop when the host needs a reboot after a driver upgrade
+  ansible.builtin.assert:
+    that: not gpu.reload_required
+    fail_msg: "{{ gpu.reload_reason }}"
+
+- name: Check torch against every capability on this host
+  torch_cuda_archs:
+    python: /opt/sglang/venv/bin/python
+    require: "{{ gpu.capabilities }}"
+  when: gpu.present
+"""
+
+RETURN = r"""
+present:
+  description: Whether nvidia-smi answered and listed at least one GPU.
+  returned: always
+  type: bool
+reason:
+  description: Why C(present) is false (no nvidia-smi, driver not loaded, no devices, mismatch, hang).
+  returned: always
+  type: str
+  sample: "nvidia-smi not found on PATH (no NVIDIA driver installed)"
+gpus:
+  description: One entry per GPU, in nvidia-smi index order. C(capability) is null on drivers before 510.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {index: 0, name: NVIDIA H200, uuid: GPU-3b2c..., capability: "9.0", memory_total_mib: 143771,
+       pci_bus_id: "00000000:18:00.0", driver_version: 580.95.05}
+capabilities:
+  description: Sorted unique compute capabilities of the GPUs.
+  returned: always
+  type: list
+  elements: str
+  sample: ["9.0"]
+nvidia_smi:
+  description: The nvidia-smi that was run, or null.
+  returned: always
+  type: str
+driver_version:
+  description: Driver version as nvidia-smi reports it (the running driver).
+  returned: always
+  type: str
+  sample: 580.95.05
+user_space_driver_version:
+  description: Version of the user-space tools (nvidia-smi banner, or the NVML library on a mismatch).
+  returned: always
+  type: str
+cuda_driver_version:
+  description: Newest CUDA version the driver supports (the "CUDA Version" of nvidia-smi).
+  returned: always
+  type: str
+  sample: "13.0"
+kernel_module_version:
+  description: Version of the loaded nvidia kernel module; null when none is loaded.
+  returned: always
+  type: str
+kernel_module_version_file:
+  description: File the module version was read from.
+  returned: always
+  type: str
+kernel_module_mismatch:
+  description: Whether the loaded module differs from the user-space driver; null when either is unknown.
+  returned: always
+  type: bool
+reload_required:
+  description: True when the nvidia modules must be reloaded (or the host rebooted) to use the GPUs.
+  returned: always
+  type: bool
+reload_reason:
+  description: Why a reload is required, else null.
+  returned: always
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.nvidia_smi import KERNEL_MODULE_VERSION_FILES, NvidiaSmiError, gpu_facts
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "nvidia_smi": {"type": "path"},
+            "timeout": {"type": "int", "default": 30},
+            "kernel_module_version_files": {"type": "list", "elements": "path",
+                                            "default": list(KERNEL_MODULE_VERSION_FILES)},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    if params["timeout"] <= 0:
+        module.fail_json(msg=f"timeout must be a positive number of seconds, got {params['timeout']}")
+    try:
+        facts = gpu_facts(params["nvidia_smi"], params["timeout"], params["kernel_module_version_files"])
+    except NvidiaSmiError as exc:
+        module.fail_json(msg=f"{exc}; please report this output with the driver version")
+    module.exit_json(changed=False, **facts)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+#!/usr/bin/python
+"""Ansible module: sgl_kernel common_ops variants, the loader's pick, and its arch coverage (read-only)."""
+
+DOCUMENTATION = r"""
+---
+module: sgl_kernel_variants
+short_description: Report which sgl_kernel common_ops variant loads on a GPU and whether it has code for it
+description:
+  - Lists every C(common_ops) library of an installed sgl_kernel package (C(sm90/), C(sm100/), any other
+    subdirectory, and the package-root fallback) with the SASS and PTX arches each one holds, read from
+    the files without importing them.
+  - Replicates the upstream loader (C(sgl_kernel/load_utils.py)) to name the variant it loads for a
+    capability, 9.0 -> C(sm90), every other capability and no GPU -> C(sm100), then the package-root
+    C(common_ops), and tells whether that file can run on the capability. A miss comes with a message that
+    names the file, its arches and what to do.
+  - With O(import_check) on a GPU host, imports torch then sgl_kernel in that interpreter and reports which
+    file was actually loaded, or the error (an C(undefined symbol) means a torch ABI mismatch).
+  - Never changes anything.
+version_added: "1.0.0"
+author: sglang-fleet maintainers
+options:
+  python:
+    description:
+      - Interpreter of the environment that has sglang-kernel installed. The package is located with
+        C(importlib.util.find_spec), which does not import it. Exactly one of O(python) and
+        O(package_dir) is required.
+    type: str
+  package_dir:
+    description:
+      - An C(sgl_kernel) package directory to inspect directly (e.g. an unpacked wheel). With
+        O(import_check), the import runs in the interpreter that runs this module
+        (C(ansible_python_interpreter)) with this directory's parent first on C(sys.path).
+    type: path
+  capability:
+    description:
+      - Compute capability to check, as a string (V("12.0")). Default is the first GPU's from nvidia-smi;
+        with no GPU the loader's no-GPU choice is reported and C(selected_covers) is null.
+    type: raw
+  import_check:
+    description:
+      - Also import torch and sgl_kernel (only on a host where nvidia-smi lists a GPU; skipped with a
+        reason otherwise).
+    type: bool
+    default: false
+  nvidia_smi:
+    description:
+      - Path of nvidia-smi used to find the GPU. Default is the one on the remote PATH.
+    type: path
+  timeout:
+    description:
+      - Seconds each probe (locating the package, the import check) may take before it is killed.
+    type: int
+    default: 120
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+notes:
+  - Supports check mode; the result is the same.
+  - The loader uses torch's current device, which by default is ordered fastest-first, not by PCI bus
+    like nvidia-smi; on a host with mixed GPUs pass O(capability) explicitly or use O(import_check).
+seealso:
+  - module: gpu_facts
+  - module: torch_cuda_archs
+"""
+
+EXAMPLES = r"""
+- name: Will the installed sgl_kernel run on this host's GPU?
+  sgl_kernel_variants:
+    python: /opt/sglang/venv/bin/python
+  register: sgl_kernel_check
+
+- name: Stop on a miss, with the module's explanation
+  ansible.builtin.assert:
+    that: sgl_kernel_check.selected_covers is not false
+    fail_msg: "{{ sgl_kernel_check.message }}"
+
+- name: Check an unpacked wheel for a capability this host does not have
+  sgl_kernel_variants:
+    package_dir: /srv/wheels/unpacked/sgl_kernel
+    capability: "12.0"
+
+- name: Import it for real on the GPU host
+  sgl_kernel_variants:
+    python: /opt/sglang/venv/bin/python
+    import_check: true
+"""
+
+RETURN = r"""
+package_dir:
+  description: The sgl_kernel directory inspected.
+  returned: always
+  type: str
+package_version:
+  description: C(__version__) from sgl_kernel/version.py, or null.
+  returned: always
+  type: str
+  sample: 0.4.10
+python:
+  description: Interpreter used (located the package, ran the import check), or null.
+  returned: always
+  type: str
+capability:
+  description: Capability checked, or null when none was given and no GPU was found.
+  returned: always
+  type: str
+capability_source:
+  description: C(param), C(nvidia-smi), or C(none) with the reason in C(gpu_reason).
+  returned: always
+  type: str
+gpu_reason:
+  description: Why nvidia-smi found no GPU, when it was asked (no O(capability), or O(import_check)).
+  returned: always
+  type: str
+variants:
+  description: >-
+    Every common_ops variant, keyed by subdirectory name (C(root) for the package-root file):
+    C(path) (the file the loader would load), C(sass), C(ptx), C(other_files), and C(runs_on)
+    (C(sass), C(ptx-jit), false, or null without a capability).
+  returned: always
+  type: dict
+  sample:
+    sm100: {path: /venv/.../sgl_kernel/sm100/common_ops.abi3.so, ptx: [], runs_on: sass, other_files: [],
+            sass: [sm_80, sm_89, sm_90, sm_90a, sm_100f, sm_120a]}
+selected_variant:
+  description: Variant the upstream loader picks for the capability, or null when none exists.
+  returned: always
+  type: str
+  sample: sm100
+selected_path:
+  description: File of the selected variant.
+  returned: always
+  type: str
+selected_covers:
+  description: Whether the selected file can run on the capability; null without a capability.
+  returned: always
+  type: bool
+message:
+  description: What was selected and why it runs, or which file lacks code for the capability and what to do.
+  returned: always
+  type: str
+  sample: "sm100/common_ops.abi3.so has no code for 12.1: sm_80 sm_89 sm_90 sm_90a sm_100f sm_120a ..."
+import_check:
+  description: >-
+    With O(import_check): C(status) (ok, failed or skipped), C(reason) when skipped, C(loaded_file),
+    C(loaded_expected) (whether it is C(selected_path)), C(torch_version), C(torch_capability),
+    C(error), C(failed_at) and C(hint) on failure.
+  returned: when O(import_check) is true
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sgl_kernel_probe import SglKernelProbeError, check_sgl_kernel
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "python": {"type": "str"},
+            "package_dir": {"type": "path"},
+            "capability": {"type": "raw"},
+            "import_check": {"type": "bool", "default": False},
+            "nvidia_smi": {"type": "path"},
+            "timeout": {"type": "int", "default": 120},
+        },
+        mutually_exclusive=[("python", "package_dir")],
+        required_one_of=[("python", "package_dir")],
+        supports_check_mode=True,
+    )
+    params = module.params
+    if params["timeout"] <= 0:
+        module.fail_json(msg=f"timeout must be a positive number of seconds, got {params['timeout']}")
+    try:
+        result = check_sgl_kernel(**params)
+    except SglKernelProbeError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

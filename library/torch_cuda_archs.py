@@ -1,0 +1,200 @@
+#!/usr/bin/python
+"""Ansible module: which CUDA architectures a torch install was built for (read-only)."""
+
+DOCUMENTATION = r"""
+---
+module: torch_cuda_archs
+short_description: Report the CUDA build and architecture list of the torch in a Python environment
+description:
+  - Runs a small probe in the given interpreter (torch is never imported into the module process) and
+    reports the torch version, its CUDA version, the architectures it was compiled for, and the GPUs it
+    sees.
+  - The architecture list comes from C(torch._C._cuda_getArchFlags()) when present, which answers on
+    GPU-less hosts for every torch version; C(torch.cuda.get_arch_list()) is only a fallback because it
+    returns an empty list without a GPU before torch 2.13.
+  - With O(require), reports the capabilities the arch list cannot run on (SASS C(sm_XY) entries by the
+    same-major rule, C(sm_XYa) exactly, C(compute_XY) PTX by JIT) and fails by default when any is missing.
+    A CPU or ROCm build with O(require) always fails, naming the index that serves CUDA builds.
+  - The arch list is what torch was configured with; its libraries can hold more cubins (use
+    C(cuda_binary_archs) on C(torch/lib) for those).
+  - Never changes anything.
+version_added: "1.0.0"
+author: sglang-fleet maintainers
+options:
+  python:
+    description:
+      - Interpreter of the environment to inspect, e.g. C(/opt/sglang/venv/bin/python). A bare name is
+        looked up on the remote PATH. Must exist and be executable.
+    type: str
+    required: true
+  require:
+    description:
+      - Compute capabilities that torch must be able to run on, as strings (V("12.0"), V("120"),
+        V("sm_120")). Quote them in YAML; a float such as 12.10 is rejected.
+    type: list
+    elements: raw
+    default: []
+  fail_on_missing:
+    description:
+      - Fail when a capability in O(require) is not covered. Defaults to true when O(require) is given.
+    type: bool
+  cuda_index_url:
+    description:
+      - Package index that serves CUDA builds of torch, named in the message for a CPU build. Point it at
+        your mirror.
+    type: str
+    default: https://download.pytorch.org/whl/cu130
+  timeout:
+    description:
+      - Seconds the probe may take (importing torch and initialising CUDA) before it is killed and the
+        module fails.
+    type: int
+    default: 120
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+notes:
+  - Supports check mode; the result is the same.
+  - CUDA devices are ordered as torch sees them (C(CUDA_DEVICE_ORDER), C(CUDA_VISIBLE_DEVICES) of the
+    remote environment apply), which can differ from nvidia-smi's PCI order.
+seealso:
+  - module: gpu_facts
+  - module: sgl_kernel_variants
+"""
+
+EXAMPLES = r"""
+- name: Check that the serving venv's torch runs on this host's GPUs
+  torch_cuda_archs:
+    python: /opt/sglang/venv/bin/python
+    require: "{{ gpu_facts_result.capabilities }}"
+
+- name: Report only, never fail
+  torch_cuda_archs:
+    python: /opt/sglang/venv/bin/python
+    require: ["12.0", "10.0"]
+    fail_on_missing: false
+  register: torch_archs
+
+- name: Name a mirror for CUDA builds in the CPU-build message
+  torch_cuda_archs:
+    python: /opt/sglang/venv/bin/python
+    require: ["9.0"]
+    cuda_index_url: https://mirror.example.internal/pytorch/whl/cu130
+"""
+
+RETURN = r"""
+python:
+  description: Absolute path of the interpreter that was probed.
+  returned: always
+  type: str
+torch_version:
+  description: C(torch.__version__).
+  returned: always
+  type: str
+  sample: 2.14.1+cu130
+cuda_version:
+  description: CUDA version torch was built with; null for CPU (and ROCm) builds.
+  returned: always
+  type: str
+  sample: "13.0"
+hip_version:
+  description: HIP version of a ROCm build, else null.
+  returned: always
+  type: str
+git_version:
+  description: Git commit torch was built from.
+  returned: always
+  type: str
+build:
+  description: C(cuda), C(cpu) or C(rocm).
+  returned: always
+  type: str
+arch_list:
+  description: Architectures torch was compiled for.
+  returned: always
+  type: list
+  elements: str
+  sample: [sm_75, sm_80, sm_86, sm_90, sm_100, sm_120]
+arch_list_source:
+  description: C(torch._C._cuda_getArchFlags) or C(torch.cuda.get_arch_list).
+  returned: always
+  type: str
+cuda_available:
+  description: C(torch.cuda.is_available()) in that environment.
+  returned: always
+  type: bool
+cuda_error:
+  description: Exception text when querying CUDA devices failed, else null.
+  returned: always
+  type: str
+cuda_warnings:
+  description: Warnings torch emitted while initialising CUDA (e.g. an old driver).
+  returned: always
+  type: list
+  elements: str
+devices:
+  description: Visible CUDA devices; C(covered) tells whether arch_list runs on the device.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{index: 0, name: NVIDIA H200, capability: "9.0", covered: true}]
+require:
+  description: O(require) as canonical capability strings.
+  returned: always
+  type: list
+  elements: str
+missing:
+  description: Capabilities in O(require) that arch_list cannot run on (all of them for a CPU build).
+  returned: always
+  type: list
+  elements: str
+  sample: ["11.0"]
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.cuda_arch import ArchError
+from ansible.module_utils.torch_probe import (
+    DEFAULT_CUDA_INDEX_URL,
+    TorchProbeError,
+    check_requirements,
+    inspect_torch,
+    parse_capabilities,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "python": {"type": "str", "required": True},
+            "require": {"type": "list", "elements": "raw", "default": []},
+            "fail_on_missing": {"type": "bool"},
+            "cuda_index_url": {"type": "str", "default": DEFAULT_CUDA_INDEX_URL},
+            "timeout": {"type": "int", "default": 120},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    if params["timeout"] <= 0:
+        module.fail_json(msg=f"timeout must be a positive number of seconds, got {params['timeout']}")
+    try:
+        require = parse_capabilities(params["require"])
+    except ArchError as exc:
+        module.fail_json(msg=f"require: {exc}")
+    try:
+        facts = inspect_torch(params["python"], require, timeout=params["timeout"])
+    except TorchProbeError as exc:
+        module.fail_json(msg=str(exc))
+    facts["require"] = require
+    fail_on_missing = params["fail_on_missing"]
+    if fail_on_missing is None:
+        fail_on_missing = bool(require)
+    problem = check_requirements(facts, require, params["cuda_index_url"])
+    if problem and (fail_on_missing or facts["build"] != "cuda"):
+        module.fail_json(msg=problem, changed=False, **facts)
+    module.exit_json(changed=False, **facts)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""Run a small probe script in another Python interpreter and read back its JSON answer.
+
+The modules that inspect an environment (torch, sgl_kernel) never import its packages into the module
+process: the environment may be another venv, another Python version, or broken in a way that would
+take the module down with it (a hung CUDA init, a segfault in an extension). A probe runs instead as a
+child process, bounded in time, in its own session so that a timeout kills everything it started.
+
+Stdlib only, Python 3.8+ (runs on managed hosts).
+"""
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+
+# The probe prints its answer as the last line that starts with this marker, so that whatever the
+# imported packages print to stdout (banners, warnings) cannot be mistaken for the answer.
+MARKER = "@@SGLANG_FLEET_PROBE@@"
+
+# Prelude shared by every probe script: ``answer(dict)`` prints the result and exits.
+PRELUDE = (
+    "import json, sys\n"
+    "def answer(result):\n"
+    "    sys.stdout.flush()\n"
+    f"    sys.stdout.write('\\n' + {MARKER!r} + json.dumps(result) + '\\n')\n"
+    "    sys.stdout.flush()\n"
+    "    sys.exit(0)\n"
+)
+
+
+class ProbeError(Exception):
+    """The probe could not run or gave no answer; the message says why and what to do."""
+
+
+def resolve_python(python):
+    """Absolute path of an executable interpreter; a bare name is looked up on PATH."""
+    if not python or not isinstance(python, str):
+        raise ProbeError("python must be the path of a Python interpreter, e.g. "
+                         "/opt/sglang/venv/bin/python")
+    if os.sep not in python:
+        found = shutil.which(python)
+        if not found:
+            raise ProbeError(f"python {python!r} is not on PATH; give the full path of the interpreter")
+        python = found
+    if not os.path.exists(python):
+        raise ProbeError(f"python {python} does not exist; give the interpreter of the environment to "
+                         "inspect (e.g. <venv>/bin/python)")
+    if os.path.isdir(python):
+        raise ProbeError(f"python {python} is a directory; give the interpreter inside it (e.g. "
+                         f"{os.path.join(python, 'bin', 'python')})")
+    if not os.access(python, os.X_OK):
+        raise ProbeError(f"python {python} is not executable (check its mode and the mount's noexec flag)")
+    return os.path.abspath(python)
+
+
+def _tail(text, limit=2000):
+    text = text.strip()
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+def run_probe(python, script, args=(), timeout=120, what="probe"):
+    """Run ``PRELUDE + script`` in ``python`` (from stdin) and return the dict it passed to ``answer``.
+
+    ``args`` become ``sys.argv[1:]``. Raises ProbeError on timeout, crash or a missing answer, with the
+    interpreter's stderr tail in the message.
+    """
+    python = resolve_python(python)
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
+        raise ProbeError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    # cwd "/" so that a torch/ or sgl_kernel/ directory in the caller's cwd cannot shadow the installed one.
+    try:
+        proc = subprocess.Popen(
+            [python, "-", *[str(a) for a in args]],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd="/", start_new_session=True,
+        )
+    except OSError as exc:
+        raise ProbeError(f"cannot start {python}: {exc}") from exc
+    try:
+        stdout, stderr = proc.communicate((PRELUDE + script).encode(), timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # Kill the whole session: a hung CUDA init may sit in a helper process holding our pipes.
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        _stdout, stderr = proc.communicate()
+        detail = _tail(stderr.decode("utf-8", "replace"))
+        raise ProbeError(
+            f"{what} in {python} did not finish within {timeout} s and was killed (a hung import or "
+            f"CUDA initialisation?); raise timeout if the host is just slow"
+            + (f"; stderr: {detail}" if detail else "")
+        ) from None
+    out = stdout.decode("utf-8", "replace")
+    err = stderr.decode("utf-8", "replace")
+    for line in reversed(out.splitlines()):
+        if line.startswith(MARKER):
+            try:
+                return json.loads(line[len(MARKER):])
+            except ValueError as exc:
+                raise ProbeError(f"{what} in {python} printed a malformed answer: {exc}") from None
+    if proc.returncode < 0:
+        status = f"was killed by signal {-proc.returncode}"
+    else:
+        status = f"exited with status {proc.returncode}"
+    detail = _tail(err or out)
+    raise ProbeError(f"{what} in {python} {status} without an answer (is it a Python 3 interpreter?)"
+                     + (f"; output: {detail}" if detail else ""))

@@ -1,0 +1,158 @@
+"""Which sgl_kernel ``common_ops`` variant the upstream loader picks, and whether it runs on a GPU.
+
+sgl_kernel ships the same ops compiled twice, ``sgl_kernel/sm90/common_ops.*`` and
+``sgl_kernel/sm100/common_ops.*``; its loader (``sgl_kernel/load_utils.py``, unchanged from 0.3.21 to
+0.4.10) picks ``sm90`` for capability 9.0 and ``sm100`` for every other capability and for no GPU at
+all, then falls back to ``sgl_kernel/common_ops.*``. So a 12.0 GPU runs the ``sm100`` file: whether that
+file holds code for 12.0 is what decides, not the directory's name. This module replicates that choice
+without importing anything and reads the arches of each file with the fatbin scanner.
+
+Stdlib only, Python 3.8+ (runs on managed hosts).
+"""
+
+import glob
+import os
+import re
+
+from ansible.module_utils.cuda_arch import capability_tuple, runs_on
+from ansible.module_utils.cuda_fatbin import FatbinError, scan_file
+
+PACKAGE = "sgl_kernel"
+ROOT_VARIANT = "root"  # the package-root sgl_kernel/common_ops.* fallback
+HOPPER_VARIANT, DEFAULT_VARIANT = "sm90", "sm100"
+_COMPILED_EXTENSIONS = (".so", ".pyd", ".dll")
+
+
+class LayoutError(Exception):
+    """The package directory cannot be inspected; the message says what to do."""
+
+
+def filter_compiled_extensions(file_list):
+    """Upstream ``_filter_compiled_extensions``: compiled files first, glob order kept in each group.
+
+    Upstream tests ``ext in str(path)`` on the whole path, so a ".so" anywhere in the directory name
+    counts; kept as is because the point is to pick the same file the loader picks.
+    """
+    compiled = [f for f in file_list if any(str(f).endswith(e) or e in str(f) for e in _COMPILED_EXTENSIONS)]
+    others = [f for f in file_list if f not in compiled]
+    return compiled + others
+
+
+def loader_subdir(capability):
+    """The directory the loader tries first: sm90 for exactly 9.0, sm100 for anything else or None."""
+    if capability is not None and capability_tuple(capability) == (9, 0):
+        return HOPPER_VARIANT
+    return DEFAULT_VARIANT
+
+
+def _candidates(directory):
+    # Same glob as upstream, so the order (the directory's listing order) is the loader's order.
+    return filter_compiled_extensions(glob.glob(os.path.join(directory, "common_ops.*")))
+
+
+def find_variants(package_dir):
+    """{variant name: [candidate files, the one the loader would load first]} for subdirs and root."""
+    variants = {}
+    for entry in sorted(os.listdir(package_dir)):
+        directory = os.path.join(package_dir, entry)
+        if os.path.isdir(directory) and not entry.startswith("__"):
+            files = _candidates(directory)
+            if files:
+                variants[entry] = files
+    root = _candidates(package_dir)
+    if root:
+        variants[ROOT_VARIANT] = root
+    return variants
+
+
+def relative_name(package_dir, path):
+    return os.path.relpath(path, package_dir)
+
+
+def package_version(package_dir):
+    """``__version__`` from sgl_kernel/version.py, read as text (importing would load torch)."""
+    try:
+        with open(os.path.join(package_dir, "version.py"), encoding="utf-8") as handle:
+            match = re.search(r"""__version__\s*=\s*["']([^"']+)["']""", handle.read())
+    except OSError:
+        return None
+    return match.group(1) if match else None
+
+
+def _scan(package_dir, path):
+    if not any(path.endswith(e) or e in path for e in _COMPILED_EXTENSIONS):
+        return [], []  # a Python source fallback holds no device code
+    try:
+        code = scan_file(path)
+    except FatbinError as exc:
+        raise LayoutError(f"{relative_name(package_dir, path)} in {package_dir} is not a readable shared "
+                          f"object ({exc}); reinstall sglang-kernel") from None
+    except OSError as exc:
+        raise LayoutError(f"cannot read {path}: {exc}") from None
+    return list(code.sass), list(code.ptx)
+
+
+def suggested_targets(capability):
+    """Targets that would run on ``capability``, for the advice in a miss message."""
+    major, minor = capability_tuple(capability)
+    if major >= 10:
+        return f"sm_{major}{minor}a or sm_{major}0f"
+    return f"sm_{major}{minor}"
+
+
+def describe_code(sass, ptx):
+    parts = sass + ptx
+    return " ".join(parts) if parts else "no device code"
+
+
+def inspect_layout(package_dir, capability):
+    """Variants, the loader's selection for ``capability`` (canonical string or None) and coverage."""
+    if not os.path.isdir(package_dir):
+        raise LayoutError(f"package_dir {package_dir} is not a directory; give the sgl_kernel package "
+                          "directory (…/site-packages/sgl_kernel)")
+    found = find_variants(package_dir)
+    variants = {}
+    for name, files in found.items():
+        sass, ptx = _scan(package_dir, files[0])
+        variants[name] = {"path": files[0], "sass": sass, "ptx": ptx, "other_files": files[1:],
+                          "runs_on": runs_on(sass, ptx, capability) if capability else None}
+    first_choice = loader_subdir(capability)
+    if first_choice in variants:
+        selected, how = first_choice, f"the loader picks {first_choice}/ for capability {capability}"
+    elif ROOT_VARIANT in variants:
+        selected, how = ROOT_VARIANT, (f"{first_choice}/common_ops.* is missing, so the loader falls back "
+                                       "to the package-root common_ops")
+    else:
+        selected, how = None, None
+    result = {"package_dir": package_dir, "package_version": package_version(package_dir),
+              "capability": capability, "variants": variants, "selected_variant": selected,
+              "selected_path": variants[selected]["path"] if selected else None,
+              "selected_covers": None}
+    if selected is None:
+        result["selected_covers"] = False
+        result["message"] = (f"no {first_choice}/common_ops.* and no package-root common_ops.* in "
+                             f"{package_dir}: import sgl_kernel will fail (\"Could not load any common_ops "
+                             "library\"); reinstall sglang-kernel")
+        return result
+    chosen = variants[selected]
+    name = relative_name(package_dir, chosen["path"])
+    if capability is None:
+        result["message"] = (f"no GPU capability given or found, so coverage is unknown; without a GPU "
+                             f"the loader loads {name}, which holds "
+                             f"{describe_code(chosen['sass'], chosen['ptx'])}")
+        return result
+    result["selected_covers"] = bool(chosen["runs_on"])
+    if chosen["runs_on"]:
+        how_runs = "native SASS" if chosen["runs_on"] == "sass" else "PTX JIT-compiled by the driver"
+        result["message"] = f"{how}: {name} runs on {capability} ({how_runs})"
+        return result
+    advice = [f"install an sglang-kernel build whose {first_choice}/common_ops has code for {capability} "
+              f"(e.g. {suggested_targets(capability)}) or build it from source for that target"]
+    others = [relative_name(package_dir, v["path"])
+              for n, v in variants.items() if n != selected and v["runs_on"]]
+    if others:
+        advice.append(f"{', '.join(others)} has code for {capability} but the loader does not pick it for "
+                      "this capability")
+    code = describe_code(chosen["sass"], chosen["ptx"])
+    result["message"] = f"{name} has no code for {capability}: {code} ({how}); " + "; ".join(advice)
+    return result

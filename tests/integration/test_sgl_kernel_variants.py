@@ -1,0 +1,272 @@
+"""sgl_kernel_variants on the released sglang-kernel wheel and on nvcc-built fixture trees.
+
+The wheel is downloaded once (tests/cache.py) and its sgl_kernel/ package, minus the 1.1 GB flash_ops
+library that the check never reads, is unpacked once into the test cache. Fixture trees lay real
+nvcc-compiled shared objects (tests/cudabuild.py) out as sm90/, sm100/ and package-root common_ops.
+"""
+
+import fcntl
+import json
+import shutil
+import subprocess
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.cuda_arch import sorted_archs
+from ansible.module_utils.sgl_kernel_probe import check_sgl_kernel
+from ansible_run import run_module
+from cache import cache_dir, pip_download
+from cudabuild import compiled_fixtures
+from documented import assert_documented
+from torchenv import torch_python
+
+pytestmark = pytest.mark.integration
+cuda_fixtures = compiled_fixtures  # the session fixture, under the name the tests ask for
+
+WHEEL_VERSION = "0.4.10"
+STAND_INS = Path(__file__).resolve().parent.parent / "stand_ins"
+WHEEL_ARCHES = ["sm_80", "sm_89", "sm_90", "sm_90a", "sm_100f", "sm_120a"]
+
+
+@pytest.fixture(scope="session")
+def wheel_package():
+    """The sgl_kernel/ directory of the real sglang-kernel wheel, unpacked once into the cache."""
+    root = cache_dir("sglang-kernel-unpacked", WHEEL_VERSION)
+    package = root / "sgl_kernel"
+    with open(root.parent / f"{WHEEL_VERSION}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / ".ready").exists():
+            wheelhouse = pip_download([f"sglang-kernel=={WHEEL_VERSION}"])
+            wheel = next(wheelhouse.glob(f"sglang_kernel-{WHEEL_VERSION}-*.whl"))
+            shutil.rmtree(package, ignore_errors=True)
+            with zipfile.ZipFile(wheel) as archive:
+                members = [m for m in archive.namelist()
+                           if m.startswith("sgl_kernel/") and not m.endswith("/flash_ops.abi3.so")]
+                archive.extractall(root, members)
+            (root / ".ready").write_text(f"{wheel.name}\n")
+    return str(package)
+
+
+def tree(tmp_path, cuda_fixtures, layout):
+    """An sgl_kernel package whose files are {relative path: compiled fixture name}."""
+    package = tmp_path / "sgl_kernel"
+    for relative, fixture in layout.items():
+        target = package / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(cuda_fixtures[fixture][0], target)
+    return str(package)
+
+
+@pytest.mark.parametrize(("capability", "selected", "covers"), [
+    ("9.0", "sm90", True), ("10.0", "sm100", True), ("10.3", "sm100", True), ("12.0", "sm100", True),
+    ("12.1", "sm100", False), ("8.6", "sm100", True), (None, "sm100", None),
+])
+def test_released_wheel(wheel_package, capability, selected, covers):
+    result = check_sgl_kernel(package_dir=wheel_package, capability=capability)
+    assert result["package_version"] == WHEEL_VERSION
+    assert sorted(result["variants"]) == ["sm100", "sm90"]
+    for variant in result["variants"].values():
+        # Both variants are the same sources and gencodes: no PTX, 12.0 only as sm_120a.
+        assert variant["sass"] == WHEEL_ARCHES
+        assert variant["ptx"] == []
+    assert result["selected_variant"] == selected
+    assert result["selected_path"] == f"{wheel_package}/{selected}/common_ops.abi3.so"
+    assert result["selected_covers"] is covers
+    assert result["capability_source"] == ("param" if capability else "none")
+
+
+def test_released_wheel_on_12_1_explains_the_miss(wheel_package):
+    result = check_sgl_kernel(package_dir=wheel_package, capability="121")
+    assert result["message"] == (
+        "sm100/common_ops.abi3.so has no code for 12.1: sm_80 sm_89 sm_90 sm_90a sm_100f sm_120a (the "
+        "loader picks sm100/ for capability 12.1); install an sglang-kernel build whose sm100/common_ops "
+        "has code for 12.1 (e.g. sm_121a or sm_120f) or build it from source for that target")
+
+
+def test_sm100_without_12_0_code(tmp_path, cuda_fixtures):
+    package = tree(tmp_path, cuda_fixtures, {"sm90/common_ops.abi3.so": "sm_90.so",
+                                             "sm100/common_ops.abi3.so": "sm_100a.so"})
+    on_10 = check_sgl_kernel(package_dir=package, capability="10.0")
+    assert on_10["selected_covers"] is True
+    assert on_10["variants"]["sm100"]["runs_on"] == "sass"
+    on_12 = check_sgl_kernel(package_dir=package, capability="12.0")
+    assert on_12["selected_variant"] == "sm100"
+    assert on_12["selected_covers"] is False
+    assert on_12["variants"]["sm90"]["runs_on"] == "ptx-jit"  # compute_90 JIT-compiles for 12.0
+    assert on_12["message"] == (
+        "sm100/common_ops.abi3.so has no code for 12.0: sm_100a compute_100a (the loader picks sm100/ for "
+        "capability 12.0); install an sglang-kernel build whose sm100/common_ops has code for 12.0 (e.g. "
+        "sm_120a or sm_120f) or build it from source for that target; sm90/common_ops.abi3.so has code for "
+        "12.0 but the loader does not pick it for this capability")
+    on_9 = check_sgl_kernel(package_dir=package, capability="9.0")
+    assert on_9["selected_variant"] == "sm90"
+    assert on_9["selected_covers"] is True
+
+
+@pytest.mark.parametrize(("fixture", "capability", "runs_on"), [
+    ("multi.so", "12.1", "sass"),       # sm_120f covers the 12.x family
+    ("multi.so", "8.6", "sass"),        # sm_80 runs on 8.6
+    ("multi.so", "10.3", False),        # sm_100a is 10.0 only; compute_120 is newer than 10.3
+    ("ptx_only.so", "12.0", "ptx-jit"),
+    ("sm_120a.so", "12.1", False),
+    ("host_only.so", "12.0", False),
+])
+def test_sm100_variants(tmp_path, cuda_fixtures, fixture, capability, runs_on):
+    package = tree(tmp_path, cuda_fixtures, {"sm100/common_ops.abi3.so": fixture})
+    result = check_sgl_kernel(package_dir=package, capability=capability)
+    variant = result["variants"]["sm100"]
+    requested = cuda_fixtures[fixture][1]  # what nvcc was asked to build
+    assert variant["sass"] == sorted_archs(requested.sass)
+    assert variant["ptx"] == sorted_archs(requested.ptx)
+    assert variant["runs_on"] == runs_on
+    assert result["selected_variant"] == "sm100"
+    assert result["selected_covers"] is bool(runs_on)
+
+
+def test_root_only_tree(tmp_path, cuda_fixtures):
+    package = tree(tmp_path, cuda_fixtures, {"common_ops.abi3.so": "sm_120a.so"})
+    on_12 = check_sgl_kernel(package_dir=package, capability="12.0")
+    assert list(on_12["variants"]) == ["root"]
+    assert on_12["selected_variant"] == "root"
+    assert on_12["selected_covers"] is True
+    assert on_12["message"] == ("sm100/common_ops.* is missing, so the loader falls back to the package-root "
+                                "common_ops: common_ops.abi3.so runs on 12.0 (native SASS)")
+    on_9 = check_sgl_kernel(package_dir=package, capability="9.0")
+    assert on_9["selected_variant"] == "root"
+    assert on_9["selected_covers"] is False
+    assert on_9["message"].startswith("common_ops.abi3.so has no code for 9.0: sm_120a compute_120a (sm90/")
+
+
+# --- through Ansible -------------------------------------------------------------------------------
+
+def env_python(tmp_path, *paths):
+    """A real venv whose import path also holds ``paths`` (via a .pth file, as site-packages do)."""
+    venv.EnvBuilder(with_pip=False).create(tmp_path / "venv")
+    python = tmp_path / "venv" / "bin" / "python"
+    Path(site_packages(python), "sglang_fleet_test.pth").write_text("".join(f"{p}\n" for p in paths))
+    return str(python)
+
+
+def site_packages(python):
+    return subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def gpu_host(recording):
+    """Module args and environment that make nvidia-smi the stand-in replaying ``recording``."""
+    return ({"nvidia_smi": str(STAND_INS / "nvidia-smi")},
+            {"NVIDIA_SMI_RECORDING": str(STAND_INS / "nvidia-smi-recordings" / recording)})
+
+
+def test_module_on_the_wheel(wheel_package):
+    args = {"package_dir": wheel_package, "capability": "12.1"}
+    result = run_module("sgl_kernel_variants", args, check=True)
+    assert result["event"] == "runner_on_ok", result.get("msg")
+    assert result["changed"] is False
+    assert result["selected_variant"] == "sm100"
+    assert result["selected_covers"] is False
+    assert result["message"].startswith("sm100/common_ops.abi3.so has no code for 12.1: sm_80 sm_89 sm_90")
+    assert "import_check" not in result
+
+
+def test_module_finds_the_package_and_the_gpu(tmp_path, wheel_package):
+    python = env_python(tmp_path, Path(wheel_package).parent)
+    args, env = gpu_host("rtx-pro-6000-x2")
+    result = run_module("sgl_kernel_variants", {"python": python, **args}, envvars=env)
+    assert result["event"] == "runner_on_ok", result.get("msg")
+    assert result["python"] == python
+    assert result["package_dir"] == wheel_package
+    assert result["capability"] == "12.0"
+    assert result["capability_source"] == "nvidia-smi"
+    assert result["selected_variant"] == "sm100"
+    assert result["selected_covers"] is True
+    assert result["variants"]["sm100"]["runs_on"] == "sass"
+
+
+def test_module_import_check_without_gpu(wheel_package):
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has nvidia-smi")
+    result = run_module("sgl_kernel_variants", {"package_dir": wheel_package, "import_check": True})
+    assert result["event"] == "runner_on_ok"
+    assert result["capability"] is None
+    assert result["selected_covers"] is None
+    assert result["import_check"]["status"] == "skipped"
+    assert result["import_check"]["reason"].startswith("no usable GPU on this host (nvidia-smi not found")
+
+
+def test_module_import_check_imports_for_real(tmp_path, wheel_package):
+    # nvidia-smi is the stand-in (a B200 host); torch 2.14.1 and sgl_kernel are real, so the import runs
+    # the upstream loader, which fails here on the missing driver library, as on a driver-less host.
+    torch_site = site_packages(torch_python("2.14.1"))
+    python = env_python(tmp_path, torch_site, Path(wheel_package).parent)
+    args, env = gpu_host("b200-x8")
+    args.update(python=python, import_check=True)
+    result = run_module("sgl_kernel_variants", args, envvars=env)
+    assert result["event"] == "runner_on_ok", result.get("msg")
+    assert result["capability"] == "10.0"
+    assert result["selected_covers"] is True
+    check = result["import_check"]
+    assert check["status"] == "failed"
+    assert check["failed_at"] == "import sgl_kernel"
+    assert check["torch_version"] == "2.14.1+cu130"
+    assert "Could not load any common_ops library" in check["error"]
+    assert "libcuda.so.1: cannot open shared object file" in check["error"]
+    assert_documented("sgl_kernel_variants", result)
+    assert check["hint"] == ("the NVIDIA driver library libcuda.so.1 is not loadable: install or repair "
+                             "the driver")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ({"python": "python3", "package_dir": "/tmp"}, "parameters are mutually exclusive: python|package_dir"),
+    ({}, "one of the following is required: python, package_dir"),
+    ({"package_dir": "/nonexistent/sgl_kernel", "capability": "9.0"},
+     "package_dir /nonexistent/sgl_kernel is not a directory"),
+    ({"package_dir": "/tmp", "capability": "blackwell"},
+     "capability: 'blackwell' is not a CUDA architecture"),
+    ({"package_dir": "/tmp", "capability": 12.0}, "capability: capability 12.0 is a number"),
+    ({"python": "/nonexistent/bin/python"}, "python /nonexistent/bin/python does not exist"),
+])
+def test_module_bad_input(args, message):
+    failed = run_module("sgl_kernel_variants", args)
+    assert failed["event"] == "runner_on_failed"
+    assert failed["msg"].startswith(message)
+
+
+def test_module_python_without_sgl_kernel(tmp_path):
+    python = env_python(tmp_path)
+    failed = run_module("sgl_kernel_variants", {"python": python})
+    assert failed["event"] == "runner_on_failed"
+    assert failed["msg"] == (f"sgl_kernel is not installed for {python}; install sglang-kernel in that "
+                             "environment, or give package_dir to inspect an unpacked package")
+
+
+def test_module_truncated_library(tmp_path, cuda_fixtures):
+    package = tree(tmp_path, cuda_fixtures, {"sm100/common_ops.abi3.so": "sm_120a.so"})
+    library = Path(package, "sm100", "common_ops.abi3.so")
+    library.write_bytes(library.read_bytes()[:2000])
+    failed = run_module("sgl_kernel_variants", {"package_dir": package, "capability": "12.0"})
+    assert failed["event"] == "runner_on_failed"
+    assert failed["msg"].startswith(
+        f"sm100/common_ops.abi3.so in {package} is not a readable shared object (")
+    assert failed["msg"].endswith("); reinstall sglang-kernel")
+
+
+def test_gpu_host_report_runs_without_ansible(tmp_path, wheel_package):
+    """The lead's command for a GPU host, run as there: by a python3 with torch and without Ansible."""
+    torch = str(torch_python("2.14.1"))
+    has_ansible = subprocess.run([torch, "-c", "import ansible"], capture_output=True, check=False)
+    assert has_ansible.returncode != 0, "the torch venv unexpectedly has Ansible"
+    report_script = Path(__file__).resolve().parent.parent / "gpu_host_report.py"
+    done = subprocess.run([torch, str(report_script), "--package-dir", wheel_package,
+                           "--record", str(tmp_path / "capture")],
+                          capture_output=True, text=True, timeout=600, check=True)
+    report = json.loads(done.stdout)
+    assert report["host"]["python"] == torch
+    assert report["torch_own"]["torch.__version__"] == report["torch_cuda_archs"]["torch_version"]
+    assert report["agreement"]["torch_cuda_archs_arch_list_equals_torch"] is True
+    assert report["sgl_kernel_variants"]["selected_variant"] == "sm100"
+    assert sorted(report["sgl_kernel_variants"]["variants"]) == ["sm100", "sm90"]
+    assert report["gpu_facts"]["present"] is bool(shutil.which("nvidia-smi"))
+    assert (tmp_path / "capture" / "provenance.txt").exists()

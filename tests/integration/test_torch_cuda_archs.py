@@ -1,0 +1,172 @@
+"""torch_cuda_archs through Ansible against real torch installs and real broken environments.
+
+CUDA build: torch 2.14.1 (cu130); CPU build: torch 2.13.0+cpu (tests/torchenv.py, cached venvs).
+The oracle for the arch list is torch itself, asked directly in the same interpreter.
+"""
+
+import json
+import subprocess
+import sys
+import venv
+
+import pytest
+from ansible_run import run_module
+from documented import assert_documented
+from torchenv import torch_python
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="session")
+def cuda_torch():
+    return str(torch_python("2.14.1"))
+
+
+@pytest.fixture(scope="session")
+def cpu_torch():
+    return str(torch_python("2.13.0"))
+
+
+def torch_says(python, expression):
+    out = subprocess.run([python, "-c", f"import json, torch; print(json.dumps({expression}))"],
+                         check=True, capture_output=True, text=True, timeout=300).stdout
+    return json.loads(out.splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def bare_venv(tmp_path_factory):
+    """A real venv without torch, plus a site-packages to plant broken torch packages in."""
+    root = tmp_path_factory.mktemp("bare-venv")
+    venv.EnvBuilder(with_pip=False).create(root)
+    python = root / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    return python, site
+
+
+def venv_with_torch(tmp_path, source):
+    """A venv whose torch/__init__.py is ``source`` (a hung or broken install)."""
+    venv.EnvBuilder(with_pip=False).create(tmp_path)
+    python = tmp_path / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    package = tmp_path / site / "torch"
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text(source)
+    return str(python)
+
+
+def test_cuda_build(cuda_torch):
+    args = {"python": cuda_torch, "require": ["9.0", "10.0", "12.0", "12.1"]}
+    result = run_module("torch_cuda_archs", args)
+    assert result["event"] == "runner_on_ok", result.get("msg")
+    assert result["changed"] is False
+    assert result["torch_version"] == torch_says(cuda_torch, "torch.__version__") == "2.14.1+cu130"
+    assert result["cuda_version"] == torch_says(cuda_torch, "torch.version.cuda") == "13.0"
+    assert result["git_version"] == torch_says(cuda_torch, "torch.version.git_version")
+    assert result["build"] == "cuda"
+    assert result["arch_list_source"] == "torch._C._cuda_getArchFlags"
+    # torch >= 2.13 also answers get_arch_list() without a GPU: both must agree with what we report.
+    assert result["arch_list"] == torch_says(cuda_torch, "torch._C._cuda_getArchFlags().split()")
+    assert result["arch_list"] == torch_says(cuda_torch, "torch.cuda.get_arch_list()")
+    assert result["arch_list"] == ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
+    assert result["cuda_available"] is False
+    assert result["devices"] == []
+    assert result["missing"] == []
+    assert result["require"] == ["9.0", "10.0", "12.0", "12.1"]
+    assert result["python"] == cuda_torch
+    assert_documented("torch_cuda_archs", result)
+
+
+def test_cuda_build_missing_capability(cuda_torch):
+    failed = run_module("torch_cuda_archs", {"python": cuda_torch, "require": ["11.0", "120"]})
+    assert failed["event"] == "runner_on_failed"
+    assert failed["missing"] == ["11.0"]
+    assert ("has no code for capability 11.0: its arch list is sm_75 sm_80 sm_86 sm_90 sm_100 sm_120"
+            in failed["msg"])
+    report = run_module("torch_cuda_archs",
+                        {"python": cuda_torch, "require": ["11.0"], "fail_on_missing": False}, check=True)
+    assert report["event"] == "runner_on_ok"
+    assert report["missing"] == ["11.0"]
+    assert report["changed"] is False
+
+
+def test_cpu_build(cpu_torch):
+    result = run_module("torch_cuda_archs", {"python": cpu_torch}, check=True)
+    assert result["event"] == "runner_on_ok", result.get("msg")
+    assert result["torch_version"] == "2.13.0+cpu"
+    assert result["cuda_version"] is None
+    assert result["build"] == "cpu"
+    assert result["arch_list"] == [] == torch_says(cpu_torch, "torch.cuda.get_arch_list()")
+    assert result["arch_list_source"] == "torch.cuda.get_arch_list"
+    assert result["cuda_available"] is False
+    assert result["missing"] == []
+
+
+def test_cpu_build_with_require_fails_naming_the_index(cpu_torch):
+    failed = run_module("torch_cuda_archs", {
+        "python": cpu_torch, "require": ["12.0"], "fail_on_missing": False,
+        "cuda_index_url": "https://mirror.example.internal/whl/cu130"})
+    assert failed["event"] == "runner_on_failed"
+    assert "torch 2.13.0+cpu" in failed["msg"]
+    assert "is a CPU build (torch.version.cuda is None)" in failed["msg"]
+    assert "pip install --index-url https://mirror.example.internal/whl/cu130 torch==2.13.0" in failed["msg"]
+    assert failed["missing"] == ["12.0"]
+
+
+def test_python_without_torch(bare_venv):
+    python, _site = bare_venv
+    failed = run_module("torch_cuda_archs", {"python": str(python)})
+    assert failed["event"] == "runner_on_failed"
+    assert failed["msg"].startswith(f"torch is not installed for {python} (No module named 'torch')")
+
+
+def test_system_python_without_torch():
+    probe = subprocess.run(["python3", "-c", "import torch"], capture_output=True, check=False)
+    if probe.returncode == 0:
+        pytest.skip("this machine's python3 has torch")
+    failed = run_module("torch_cuda_archs", {"python": "python3"})
+    assert failed["event"] == "runner_on_failed"
+    assert "torch is not installed for" in failed["msg"]
+
+
+def test_hung_import_is_killed(tmp_path):
+    python = venv_with_torch(tmp_path, "import time\ntime.sleep(600)\n")
+    failed = run_module("torch_cuda_archs", {"python": python, "timeout": 3})
+    assert failed["event"] == "runner_on_failed"
+    assert "the torch probe in" in failed["msg"]
+    assert "did not finish within 3 s and was killed (a hung import or CUDA initialisation?)" in failed["msg"]
+
+
+def test_broken_torch(tmp_path):
+    python = venv_with_torch(tmp_path,
+                             "raise ImportError('libtorch_cuda.so: cannot open shared object file')\n")
+    failed = run_module("torch_cuda_archs", {"python": python})
+    assert failed["event"] == "runner_on_failed"
+    assert failed["msg"] == (f"import torch failed in {python}: ImportError: libtorch_cuda.so: cannot "
+                             "open shared object file; the install is broken or incomplete: reinstall "
+                             "torch in that environment")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ({"python": "/nonexistent/venv/bin/python"}, "python /nonexistent/venv/bin/python does not exist"),
+    ({"python": sys.executable, "require": ["blackwell"]}, "require: 'blackwell' is not a CUDA architecture"),
+    ({"python": sys.executable, "require": [12.0]},
+     "require: capability 12.0 is a number; write it as a quoted"),
+    ({"python": sys.executable, "timeout": 0}, "timeout must be a positive number of seconds, got 0"),
+])
+def test_bad_input(args, message):
+    failed = run_module("torch_cuda_archs", args)
+    assert failed["event"] == "runner_on_failed"
+    assert failed["msg"].startswith(message)
+    assert "Traceback" not in json.dumps(failed)
+
+
+def test_python_not_executable(tmp_path):
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o644)
+    failed = run_module("torch_cuda_archs", {"python": str(python)})
+    assert failed["event"] == "runner_on_failed"
+    assert failed["msg"] == (f"python {python} is not executable (check its mode and the mount's noexec "
+                             "flag)")

@@ -1,0 +1,172 @@
+"""gpu facts (module_utils/nvidia_smi.py) against recorded nvidia-smi answers and this GPU-less machine.
+
+The GPU path runs the production code against tests/stand_ins/nvidia-smi, a stand-in that replays
+recordings (this machine has no GPU); every other part (the subprocess, parsing, the kernel-module
+files) is real.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.nvidia_smi import (
+    KERNEL_MODULE_VERSION_FILES,
+    NvidiaSmiError,
+    first_capability,
+    gpu_facts,
+    parse_banner,
+    parse_query,
+    read_kernel_module_version,
+)
+
+STAND_INS = Path(__file__).resolve().parent.parent / "stand_ins"
+STAND_IN = str(STAND_INS / "nvidia-smi")
+RECORDINGS = STAND_INS / "nvidia-smi-recordings"
+
+
+@pytest.fixture
+def replay(monkeypatch):
+    """facts for a recording: the stand-in replays it, the kernel module file is the recorded one."""
+    def run(name, module_files=None, timeout=30):
+        monkeypatch.setenv("NVIDIA_SMI_RECORDING", str(RECORDINGS / name))
+        if module_files is None:
+            module_files = [str(RECORDINGS / name / "proc-driver-nvidia-version.txt")]
+        return gpu_facts(STAND_IN, timeout=timeout, module_version_files=module_files)
+    return run
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("h200-x8", ("NVIDIA H200", "9.0", 143771, 8)),
+    ("b200-x8", ("NVIDIA B200", "10.0", 183359, 8)),
+    ("rtx-pro-6000-x2", ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "12.0", 97887, 2)),
+])
+def test_gpu_hosts(replay, name, expected):
+    gpu_name, capability, memory, count = expected
+    facts = replay(name)
+    assert facts["present"] is True
+    assert facts["reason"] is None
+    assert [g["index"] for g in facts["gpus"]] == list(range(count))
+    assert {g["name"] for g in facts["gpus"]} == {gpu_name}
+    assert {g["capability"] for g in facts["gpus"]} == {capability}
+    assert {g["memory_total_mib"] for g in facts["gpus"]} == {memory}
+    assert all(g["uuid"].startswith("GPU-") for g in facts["gpus"])
+    assert all(g["pci_bus_id"].startswith("00000000:") for g in facts["gpus"])
+    assert len({g["uuid"] for g in facts["gpus"]}) == count
+    assert facts["capabilities"] == [capability]
+    assert first_capability(facts) == capability
+    assert facts["driver_version"] == "580.95.05"
+    assert facts["user_space_driver_version"] == "580.95.05"
+    assert facts["cuda_driver_version"] == "13.0"
+    assert facts["kernel_module_version"] == "580.95.05"
+    assert facts["kernel_module_mismatch"] is False
+    assert facts["reload_required"] is False
+    assert facts["nvidia_smi"] == STAND_IN
+
+
+def test_kernel_module_older_than_user_space(replay, tmp_path):
+    # After a driver upgrade without reboot: /sys still names the old module.
+    sys_version = tmp_path / "version"
+    sys_version.write_text("575.57.08\n")
+    facts = replay("h200-x8", module_files=[str(sys_version)])
+    assert facts["present"] is True
+    assert facts["kernel_module_version"] == "575.57.08"
+    assert facts["kernel_module_version_file"] == str(sys_version)
+    assert facts["kernel_module_mismatch"] is True
+    assert facts["reload_required"] is True
+    assert facts["reload_reason"] == ("kernel module 575.57.08 is loaded but the user-space driver is "
+                                      "580.95.05: reboot or reload the nvidia modules")
+
+
+def test_nvml_version_mismatch_is_not_present_and_needs_reload(replay):
+    facts = replay("nvml-mismatch")
+    assert facts["present"] is False
+    assert "Driver/library version mismatch" in facts["reason"]
+    assert facts["kernel_module_version"] == "575.57.08"
+    assert facts["user_space_driver_version"] == "580.95"
+    assert facts["kernel_module_mismatch"] is True
+    assert facts["reload_required"] is True
+
+
+@pytest.mark.parametrize(("name", "needle"), [
+    ("driver-not-loaded", "the NVIDIA driver is not loaded: NVIDIA-SMI has failed because it couldn't "
+                          "communicate with the NVIDIA driver"),
+    ("no-devices", "No devices were found"),
+])
+def test_driver_states_are_answers_not_errors(replay, name, needle, tmp_path):
+    facts = replay(name, module_files=[str(tmp_path / "absent")])
+    assert facts["present"] is False
+    assert needle in facts["reason"]
+    assert facts["gpus"] == []
+    assert facts["capabilities"] == []
+    assert facts["kernel_module_version"] is None
+    assert facts["kernel_module_mismatch"] is None
+    assert facts["reload_required"] is False
+    assert first_capability(facts) is None
+
+
+def test_driver_without_compute_cap_field(replay, tmp_path):
+    facts = replay("a100-driver-470", module_files=[str(tmp_path / "absent")])
+    assert facts["present"] is True
+    assert [g["name"] for g in facts["gpus"]] == ["NVIDIA A100-SXM4-80GB"] * 2
+    assert [g["capability"] for g in facts["gpus"]] == [None, None]
+    assert [g["memory_total_mib"] for g in facts["gpus"]] == [81920, 81920]
+    assert facts["capabilities"] == []
+    assert facts["driver_version"] == "470.256.02"
+    assert facts["cuda_driver_version"] == "11.4"
+
+
+def test_hung_nvidia_smi_is_bounded(replay, tmp_path):
+    facts = replay("hung", module_files=[str(tmp_path / "absent")], timeout=1)
+    assert facts["present"] is False
+    assert "did not answer within 1 s" in facts["reason"]
+
+
+def test_this_machine_has_no_gpu():
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has nvidia-smi; the GPU-less path is covered by the recordings")
+    facts = gpu_facts()
+    assert facts["present"] is False
+    assert facts["reason"] == "nvidia-smi not found on PATH (no NVIDIA driver installed)"
+    assert facts["kernel_module_version"] is None
+
+
+def test_named_nvidia_smi_that_does_not_exist(tmp_path):
+    facts = gpu_facts(str(tmp_path / "nvidia-smi"), module_version_files=[])
+    assert facts["present"] is False
+    assert facts["reason"] == f"nvidia-smi not found at {tmp_path / 'nvidia-smi'}"
+
+
+def test_kernel_module_version_files(tmp_path):
+    proc = tmp_path / "proc-version"
+    proc.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.172.08  Tue Jul  8 18:59:49 UTC "
+                    "2025\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
+    sys_file = tmp_path / "sys-version"
+    sys_file.write_text("580.95.05\n")
+    assert read_kernel_module_version([str(tmp_path / "absent"), str(proc)]) == ("570.172.08", str(proc))
+    assert read_kernel_module_version([str(sys_file), str(proc)]) == ("580.95.05", str(sys_file))
+    assert read_kernel_module_version([str(tmp_path / "absent")]) == (None, None)
+    assert KERNEL_MODULE_VERSION_FILES[0] == "/sys/module/nvidia/version"
+
+
+def test_parse_query_values():
+    gpus = parse_query("3, NVIDIA GH200 480GB, GPU-1, 9.0, [N/A], 00000009:01:00.0, 580.95.05\n\n")
+    assert gpus == [{"index": 3, "name": "NVIDIA GH200 480GB", "uuid": "GPU-1", "capability": "9.0",
+                     "memory_total_mib": None, "pci_bus_id": "00000009:01:00.0",
+                     "driver_version": "580.95.05"}]
+    assert json.loads(json.dumps(gpus)) == gpus
+
+
+def test_parse_query_rejects_other_shapes():
+    with pytest.raises(NvidiaSmiError, match="want 7 fields"):
+        parse_query("0, NVIDIA H200, GPU-1\n")
+    with pytest.raises(NvidiaSmiError, match=r"compute capability 'x\.y'"):
+        parse_query("0, NVIDIA H200, GPU-1, x.y, 1, 00000000:18:00.0, 580.95.05\n")
+
+
+def test_parse_banner():
+    text = (RECORDINGS / "b200-x8" / "banner.txt").read_text()
+    assert parse_banner(text) == ("580.95.05", "13.0")
+    version_output = "NVIDIA-SMI version  : 590.44.01\nCUDA Version         : 13.1\n"  # nvidia-smi --version
+    assert parse_banner(version_output) == ("590.44.01", "13.1")
+    assert parse_banner("garbage") == (None, None)

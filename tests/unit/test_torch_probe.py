@@ -1,0 +1,78 @@
+"""module_utils/torch_probe.py: arch-list coverage and the messages built from probe facts.
+
+The probe itself runs against real torch installs in tests/integration/test_torch_cuda_archs.py.
+"""
+
+import pytest
+from ansible.module_utils.cuda_arch import ArchError
+from ansible.module_utils.torch_probe import (
+    check_requirements,
+    missing_capabilities,
+    parse_capabilities,
+    split_arch_list,
+)
+
+TORCH_2_14_1 = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
+
+
+def facts(build="cuda", arch_list=(), version="2.14.1+cu130", cuda="13.0", hip=None):
+    return {"torch_version": version, "python": "/venv/bin/python", "build": build,
+            "cuda_version": cuda, "hip_version": hip, "arch_list": list(arch_list)}
+
+
+def test_split_arch_list():
+    assert split_arch_list(["sm_90", "sm_90a", "compute_90", "gfx942", "sm_120f"]) == (
+        ["sm_90", "sm_90a", "sm_120f"], ["compute_90"])
+
+
+@pytest.mark.parametrize(("arch_list", "require", "missing"), [
+    # plain SASS: same major, equal or newer minor
+    (TORCH_2_14_1, ["7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "10.3", "12.0", "12.1"], []),
+    (TORCH_2_14_1, ["11.0", "7.0"], ["11.0", "7.0"]),
+    # arch-specific SASS only on exactly that capability
+    (["sm_90a", "sm_120a"], ["9.0", "12.0", "12.1"], ["12.1"]),
+    # family SASS on the family
+    (["sm_120f"], ["12.0", "12.1", "10.0"], ["10.0"]),
+    # PTX JIT for anything newer
+    (["sm_80", "compute_90"], ["8.6", "9.0", "12.1", "7.5"], ["7.5"]),
+    ([], ["9.0"], ["9.0"]),
+])
+def test_missing_capabilities(arch_list, require, missing):
+    assert missing_capabilities(arch_list, require) == missing
+
+
+def test_parse_capabilities_errors():
+    assert parse_capabilities(["12.0", "120", "sm_90"]) == ["12.0", "12.0", "9.0"]
+    assert parse_capabilities(None) == []
+    with pytest.raises(ArchError, match="write it as a quoted string"):
+        parse_capabilities([12.0])
+    with pytest.raises(ArchError, match="not a CUDA architecture"):
+        parse_capabilities(["blackwell"])
+    with pytest.raises(ArchError, match="not the compute capability of any known NVIDIA GPU"):
+        parse_capabilities(["9.9"])
+
+
+def test_cpu_build_message_names_a_cuda_index():
+    message = check_requirements(facts("cpu", version="2.13.0+cpu", cuda=None), ["12.0"],
+                                 "https://mirror.example/whl/cu130")
+    assert message == (
+        "torch 2.13.0+cpu in /venv/bin/python is a CPU build (torch.version.cuda is None): it cannot run "
+        "on GPUs of capability 12.0. Install a CUDA build from https://mirror.example/whl/cu130, e.g. "
+        "`pip install --index-url https://mirror.example/whl/cu130 torch==2.13.0`")
+
+
+def test_rocm_build_message():
+    message = check_requirements(facts("rocm", ["gfx942"], "2.9.0+rocm6.4", None, "6.4"), ["9.0"])
+    assert "is a ROCm build (HIP 6.4)" in message
+    assert "download.pytorch.org/whl/cu130" in message
+
+
+def test_missing_message_lists_arch_list():
+    message = check_requirements(facts("cuda", TORCH_2_14_1), ["12.0", "11.0"])
+    assert message.startswith("torch 2.14.1+cu130 in /venv/bin/python (CUDA 13.0) has no code for "
+                              "capability 11.0: its arch list is sm_75 sm_80 sm_86 sm_90 sm_100 sm_120.")
+
+
+def test_nothing_required_or_all_covered():
+    assert check_requirements(facts("cpu", cuda=None), []) is None
+    assert check_requirements(facts("cuda", TORCH_2_14_1), ["12.0", "9.0"]) is None
