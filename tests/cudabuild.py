@@ -66,7 +66,8 @@ FIXTURES = {f.name: f for f in [
     _fixture("rdc_kernel.o", "o", ["-rdc=true", *SM90_SM120A], sass=["sm_90", "sm_120a"],
              ptx=["compute_90"], sources=["rdc_kernel.cu"]),
     # The device-linked library's .nv_fatbin holds the linked cubins only: nvlink keeps no PTX (the
-    # objects' PTX stays in __nv_relfatbin, which the runtime never loads).
+    # objects' PTX stays in __nv_relfatbin, which cuobjdump, like the scanner, skips when .nv_fatbin
+    # exists).
     _fixture("rdc_linked.so", "so", ["-rdc=true", *SM90_SM120A], sass=["sm_90", "sm_120a"],
              sources=RDC_SOURCES),
     _fixture("lto.o", "o", ["-rdc=true", gencode("90", "lto_90"), gencode("100f", "lto_100f")],

@@ -53,6 +53,13 @@ def test_cubins_extracted_by_cuobjdump_decode_to_the_entry_arch(cuda_fixtures, n
     assert found == set(fixture.sass)
 
 
+def test_compress_modes_really_differ(cuda_fixtures):
+    """Guards the compression fixtures: -compress-mode=size must really compress entries (a smaller
+    file than -compress-mode=none), or the scanner's reading of compressed entries goes untested."""
+    sizes = {mode: cuda_fixtures[f"compress_{mode}.so"][0].stat().st_size for mode in ("size", "none")}
+    assert sizes["size"] < sizes["none"]
+
+
 def test_directory_walk_finds_every_fixture_and_nothing_else(cuda_fixtures):
     directory = next(iter(cuda_fixtures.values()))[0].parent
     found = {path.rsplit("/", 1)[-1] for path in iter_candidate_files([directory])}
