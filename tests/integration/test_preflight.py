@@ -137,3 +137,34 @@ def test_inventory_check_module_never_changes_and_supports_check_mode():
         assert result["event"] == "runner_on_ok"
         assert result["changed"] is False
         assert result["checked"] == ["demo_on"]
+
+
+# STAND-IN: this machine has no GPU, so nvidia-smi is the recorded-output stand-in replaying a real
+# capture from an H200 (tests/stand_ins/nvidia-smi-recordings/h200-device-2026-11-30).
+STAND_IN = {"preflight_nvidia_smi": str(REPO_ROOT / "tests" / "stand_ins" / "nvidia-smi")}
+H200 = {"NVIDIA_SMI_RECORDING": str(REPO_ROOT / "tests" / "stand_ins" / "nvidia-smi-recordings"
+                                    / "h200-device-2026-11-30")}
+GPU_CHECK = "Require the inventory's gpu_capability to match the GPUs"
+
+
+def test_gpu_capability_must_match_the_gpus():
+    result = run_playbook(PREFLIGHT, extravars={**STAND_IN, "gpu_capability": "12.0"}, envvars=H200)
+    assert result.rc != 0
+    message = result.task("localhost", GPU_CHECK)["msg"]
+    assert 'the inventory sets gpu_capability "12.0" but the host\'s GPUs (NVIDIA H200) have capability 9.0' \
+        in message
+    report = result.task("localhost", "Report the GPUs")["msg"]
+    assert "1 GPU(s): NVIDIA H200, capability 9.0, driver 580.159.04 (CUDA 13.0)" in report
+
+
+def test_matching_gpu_capability_passes():
+    result = run_playbook(PREFLIGHT, extravars={**STAND_IN, "gpu_capability": "9.0"}, envvars=H200)
+    assert result.rc == 0, result.stdout
+    assert result.task("localhost", GPU_CHECK)["event"] == "runner_on_ok"
+
+
+def test_no_gpu_skips_the_capability_check():
+    result = run_playbook(PREFLIGHT, extravars={"gpu_capability": "12.0"})
+    assert result.rc == 0, result.stdout
+    assert result.task("localhost", GPU_CHECK)["event"] == "runner_on_skipped"
+    assert "no usable GPU" in result.task("localhost", "Report the GPUs")["msg"]
