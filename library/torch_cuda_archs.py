@@ -40,10 +40,10 @@ options:
     type: bool
   cuda_index_url:
     description:
-      - Package index that serves CUDA builds of torch, named in the message for a CPU build. Point it at
-        your mirror.
+      - Package index that serves CUDA builds of torch (the PyTorch index's C(whl/cu130) channel or your
+        mirror of it). When set, the message for a CPU or ROCm build names it with the exact pip
+        command; unset, the message describes where CUDA builds come from.
     type: str
-    default: https://download.pytorch.org/whl/cu130
   timeout:
     description:
       - Seconds the probe may take (importing torch and initialising CUDA) before it is killed and the
@@ -156,7 +156,6 @@ missing:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.cuda_arch import ArchError
 from ansible.module_utils.torch_probe import (
-    DEFAULT_CUDA_INDEX_URL,
     TorchProbeError,
     check_requirements,
     inspect_torch,
@@ -170,7 +169,7 @@ def main():
             "python": {"type": "str", "required": True},
             "require": {"type": "list", "elements": "raw", "default": []},
             "fail_on_missing": {"type": "bool"},
-            "cuda_index_url": {"type": "str", "default": DEFAULT_CUDA_INDEX_URL},
+            "cuda_index_url": {"type": "str"},
             "timeout": {"type": "int", "default": 120},
         },
         supports_check_mode=True,

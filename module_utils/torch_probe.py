@@ -11,8 +11,6 @@ Stdlib only, Python 3.8+ (runs on managed hosts).
 from ansible.module_utils.cuda_arch import ArchError, parse_arch, parse_capability, runs_on
 from ansible.module_utils.python_probe import ProbeError, run_probe
 
-DEFAULT_CUDA_INDEX_URL = "https://download.pytorch.org/whl/cu130"
-
 # Runs in the inspected interpreter (stdlib + torch only, Python 3.8+); PRELUDE defines answer().
 PROBE = r"""
 import warnings
@@ -111,12 +109,20 @@ def missing_capabilities(arch_list, capabilities):
 
 
 def cuda_index_hint(facts, index_url):
-    """How to get a CUDA build of the same torch version: 'pip install --index-url ... torch==X'."""
+    """Where a CUDA build of the same torch version comes from; the pip command when the index is known.
+
+    The repository names no registry host: without ``index_url`` the hint describes the index.
+    """
     version = facts["torch_version"].split("+", 1)[0]
-    return f"pip install --index-url {index_url} torch=={version}"
+    if index_url:
+        return (f"Install a CUDA build from {index_url}, e.g. "
+                f"`pip install --index-url {index_url} torch=={version}`")
+    return (f"Install a CUDA build of torch {version}: the PyTorch CUDA wheel index serves them (its "
+            f"whl/cu130 channel, or your mirror of it; set cuda_index_url for the exact command), and on "
+            f"x86_64 torch=={version} from PyPI is a CUDA build too")
 
 
-def check_requirements(facts, require, index_url=DEFAULT_CUDA_INDEX_URL):
+def check_requirements(facts, require, index_url=None):
     """Error message when torch cannot serve ``require`` (canonical capabilities), else None."""
     if not require:
         return None
@@ -124,11 +130,10 @@ def check_requirements(facts, require, index_url=DEFAULT_CUDA_INDEX_URL):
     wanted = ", ".join(require)
     if facts["build"] == "cpu":
         return (f"{where} is a CPU build (torch.version.cuda is None): it cannot run on GPUs of capability "
-                f"{wanted}. Install a CUDA build from {index_url}, "
-                f"e.g. `{cuda_index_hint(facts, index_url)}`")
+                f"{wanted}. {cuda_index_hint(facts, index_url)}")
     if facts["build"] == "rocm":
         return (f"{where} is a ROCm build (HIP {facts['hip_version']}): it cannot run on NVIDIA GPUs of "
-                f"capability {wanted}. Install a CUDA build from {index_url}")
+                f"capability {wanted}. {cuda_index_hint(facts, index_url)}")
     missing = missing_capabilities(facts["arch_list"], require)
     if missing:
         return (f"{where} (CUDA {facts['cuda_version']}) has no code for capability "

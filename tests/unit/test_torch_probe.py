@@ -64,7 +64,8 @@ def test_cpu_build_message_names_a_cuda_index():
 def test_rocm_build_message():
     message = check_requirements(facts("rocm", ["gfx942"], "2.9.0+rocm6.4", None, "6.4"), ["9.0"])
     assert "is a ROCm build (HIP 6.4)" in message
-    assert "download.pytorch.org/whl/cu130" in message
+    assert "the PyTorch CUDA wheel index serves them (its whl/cu130 channel" in message
+    assert "torch==2.9.0 from PyPI is a CUDA build too" in message
 
 
 def test_missing_message_lists_arch_list():
