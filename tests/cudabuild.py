@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from cache import cache_dir
-from conftest import require
+from prereq import require
 
 SOURCES = Path(__file__).resolve().parent / "fixtures" / "cuda"
 BUILD_JOBS = 2
