@@ -23,7 +23,7 @@ from .system import (
     cgroup_parents,
     cgroup_pids,
     is_alive,
-    pss_bytes,
+    memory_bytes,
     require_tools,
     run,
     start_time,
@@ -75,9 +75,9 @@ class Fleet:
         return testinfra.get_host(f"ssh://root@{address}", ssh_identity_file=str(self.key),
                                   ssh_extra_args=" ".join(self.ssh_args()))
 
-    def memory(self) -> Dict[str, int]:
-        """PSS in bytes of every process of each host (nspawn and the whole container)."""
-        return {h["name"]: pss_bytes(cgroup_pids(Path(h["cgroups"][0]))) for h in self.hosts}
+    def memory(self) -> Dict[str, Dict[str, int]]:
+        """Per host, PSS and RSS in bytes of all its processes (nspawn and the whole container)."""
+        return {h["name"]: memory_bytes(cgroup_pids(Path(h["cgroups"][0]))) for h in self.hosts}
 
     # --- bring-up ------------------------------------------------------------------------------
     def up(self, hosts: Union[int, Sequence[str]] = 3, *, wheel_dir: Optional[Path] = None,
@@ -88,7 +88,7 @@ class Fleet:
         ``owner_pid``: a process whose death makes the fleet garbage for ``gc()`` (a pytest session);
         without it the fleet lives until ``down()``. On any failure everything made so far is removed.
         """
-        require_tools("systemd-nspawn", "ip", "ssh", "ssh-keygen", "tar", "mount")
+        require_tools("systemd-nspawn", "ip", "ssh", "ssh-keygen", "tar")
         names = check_hostnames([f"{self.name}-{i}" for i in range(1, hosts + 1)]
                                 if isinstance(hosts, int) else list(hosts))
         wheel_dir = Path(wheel_dir or wheelhouse()).resolve()

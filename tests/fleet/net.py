@@ -67,10 +67,16 @@ def netns_exists(name: str) -> bool:
     return Path("/run/netns", name).exists()
 
 
+def _no_ipv6(link: str) -> None:
+    """Nothing in a fleet uses IPv6 on the controller's side; it would only add router solicitations."""
+    switch = Path(f"/proc/sys/net/ipv6/conf/{link}/disable_ipv6")
+    if switch.exists():  # absent when the kernel has no IPv6
+        switch.write_text("1\n")
+
+
 def create_bridge(name: str, address: str) -> None:
     run(["ip", "link", "add", name, "type", "bridge"])
-    # no IPv6 on the fleet's links: nothing uses it and it only adds router solicitations
-    Path(f"/proc/sys/net/ipv6/conf/{name}/disable_ipv6").write_text("1\n")
+    _no_ipv6(name)
     run(["ip", "addr", "add", address, "dev", name])
     run(["ip", "link", "set", name, "up"])
 
@@ -82,7 +88,7 @@ def create_netns(name: str) -> None:
 def connect_host(netns: str, veth: str, bridge: str, address: str) -> None:
     """veth pair: ``veth`` on the bridge, ``eth0`` inside the host's namespace with ``address``."""
     run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns])
-    Path(f"/proc/sys/net/ipv6/conf/{veth}/disable_ipv6").write_text("1\n")
+    _no_ipv6(veth)
     run(["ip", "link", "set", veth, "master", bridge, "up"])
     script = (f"addr add {address} dev eth0\n"
               "link set eth0 up\n"

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional
 
 
 class FleetError(RuntimeError):
@@ -28,7 +28,6 @@ TOOL_PACKAGES = {
     "ssh": "openssh-client",
     "ssh-keygen": "openssh-client",
     "tar": "tar",
-    "mount": "mount",
 }
 
 
@@ -177,15 +176,17 @@ def remove_cgroups(roots: Iterable[Path]) -> None:
                 group.rmdir()
 
 
-def pss_bytes(pids: Iterable[int]) -> int:
-    """Proportional set size of the processes: shared pages split between their users."""
-    total = 0
+def memory_bytes(pids: Iterable[int]) -> Dict[str, int]:
+    """Resident memory of the processes: ``pss`` splits shared pages between their users (the fair
+    share), ``rss`` counts every mapped page in full (an upper bound)."""
+    total = {"pss": 0, "rss": 0}
     for pid in pids:
         try:
-            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
-                    total += int(line.split()[1]) * 1024
-                    break
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
         except OSError:
             continue
+        for line in rollup:
+            key = line.split(":")[0].lower()
+            if key in total:
+                total[key] += int(line.split()[1]) * 1024
     return total

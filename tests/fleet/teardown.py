@@ -82,9 +82,11 @@ def leftovers(data: Dict, state_dir: Path) -> List[str]:
     left += [f"link {n}" for n in links if n and net.link_exists(n)]
     left += [f"cgroup {c}" for c in data.get("cgroups", []) if Path(c).exists()]
     left += [f"process {e['pid']}" for e in [*hosts, wh] if is_alive(e.get("pid"), e.get("start"))]
-    names = [str(state_dir)] + [f"/run/netns/{h['netns']}" for h in hosts]
-    left += [f"mount {line.split()[4]}" for line in Path("/proc/self/mountinfo").read_text().splitlines()
-             if any(n in line for n in names)]
+    netns_paths = {f"/run/netns/{h['netns']}" for h in hosts}
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        target = line.split()[4]
+        if target in netns_paths or target.startswith(f"{state_dir}/"):
+            left.append(f"mount {target}")
     if state_dir.exists():
         left.append(f"directory {state_dir}")
     return left

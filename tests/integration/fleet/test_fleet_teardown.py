@@ -37,12 +37,12 @@ def _present(data: dict) -> list:
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout.split()
     links = {line.split(":")[1].strip().split("@")[0] for line in subprocess.run(
         ["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout.splitlines()}
-    mounts = Path("/proc/mounts").read_text()
+    mounts = {line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()}
     hosts, wheelhouse = data["hosts"], data["wheelhouse"]
     found = [f"netns {h['netns']}" for h in hosts if h["netns"] in netns]
     found += [f"link {n}" for n in [data["bridge"]] + [h["veth"] for h in hosts] if n in links]
-    found += [f"mount {h['netns']}" for h in hosts if h["netns"] in mounts]
-    found += [f"mount {h['dir']}" for h in hosts if h["dir"] in mounts]
+    found += [f"mount {m}" for m in mounts
+              if any(m == f"/run/netns/{h['netns']}" or m.startswith(h["dir"]) for h in hosts)]
     found += [f"cgroup {c}" for c in data["cgroups"] if Path(c).exists()]
     found += [f"process {e['pid']}" for e in [*hosts, wheelhouse]
               if e["pid"] and _started(e["pid"]) == e["start"]]
@@ -57,6 +57,11 @@ def test_down_removes_everything_and_is_idempotent(fleet_base):
         present = _present(recorded)
         assert len([p for p in present if p.startswith("process")]) == 3  # 2 hosts + wheelhouse
         assert f"link {recorded['bridge']}" in present
+        # each host's overlay root lives only in its own mount namespace, not in the machine's table
+        for h in recorded["hosts"]:
+            root = f"{h['dir']}/root"
+            assert root in Path(f"/proc/{h['pid']}/mounts").read_text()
+            assert root not in Path("/proc/mounts").read_text()
         assert fleet.down() is True
         assert _present(recorded) == []
         assert not state_dir.exists()
