@@ -162,7 +162,7 @@ class Fleet:
             host_dir = Path(h["dir"])
             hostlib.prepare(base, host_dir, h["name"], hosts_file, public_key)
             net.create_netns(h["netns"])
-            net.connect_host(h["netns"], h["veth"], st["bridge"], f"{h['ip']}/24")
+            net.connect_host(h["netns"], h["veth"], st["bridge"], f"{h['ip']}/{prefix}")
             for group in h["cgroups"]:
                 Path(group).mkdir(exist_ok=True)
             overlay = f"{base}:{host_dir / 'upper'}:{host_dir / 'work'}:{host_dir / 'root'}"

@@ -27,7 +27,12 @@ def cuda_toolkit() -> Optional[Path]:
     """
     override = os.environ.get("SGLANG_FLEET_CUDA")
     if override:
-        return None if override.lower() == "none" else Path(override).resolve()
+        if override.lower() == "none":
+            return None
+        if not (Path(override) / "bin" / "nvcc").is_file():
+            raise FleetError(f"SGLANG_FLEET_CUDA={override} has no bin/nvcc; point it at a CUDA toolkit "
+                             f"or set it to 'none'")
+        return Path(override).resolve()
     nvcc = shutil.which("nvcc")
     if not nvcc:
         return None
@@ -125,8 +130,12 @@ def wait_ready(host: Dict, key: Path, log: Path, timeout: float = 120) -> None:
         if not is_alive(host.get("pid"), host.get("start")):
             tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
             raise FleetError(f"host {host['name']} exited while booting; console ({log}):\n{tail}")
-        proc = run(ssh_command(key, host["ip"], "systemctl", "is-system-running", "--wait"), check=False,
-                   timeout=max(5.0, deadline - time.monotonic()))
+        try:
+            proc = run(ssh_command(key, host["ip"], "systemctl", "is-system-running", "--wait"), check=False,
+                       timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            last = "systemd had not finished booting"
+            break
         state = proc.stdout.strip()
         if state == "running":
             return

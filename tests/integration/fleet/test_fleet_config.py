@@ -137,3 +137,6 @@ def test_cuda_toolkit_found_through_a_wrapper_script(tmp_path, monkeypatch):
     assert hostlib.cuda_toolkit() is None
     monkeypatch.setenv("SGLANG_FLEET_CUDA", str(Path(toolkit)))
     assert hostlib.cuda_toolkit() == toolkit
+    monkeypatch.setenv("SGLANG_FLEET_CUDA", str(tmp_path / "not-a-toolkit"))
+    with pytest.raises(FleetError, match="no bin/nvcc"):
+        hostlib.cuda_toolkit()

@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from fleet import Fleet
+from fleet import Fleet, FleetError
+from fleet import host as hostlib
 from fleet.state import fleets_root
 
 pytestmark = pytest.mark.integration
@@ -68,6 +69,23 @@ def test_down_removes_everything_and_is_idempotent(fleet_base):
         assert Fleet(fleet.name).down() is False
     finally:
         fleet.down()
+
+
+def test_failed_boot_removes_what_it_made(fleet_base, monkeypatch):
+    """A host that cannot boot fails `up` with its console output, and `up` removes everything."""
+    broken = Fleet(f"f{os.getpid() % 10**8}")
+    nspawn_command = hostlib.nspawn_command
+    monkeypatch.setattr(hostlib, "nspawn_command",
+                        lambda *args: [*nspawn_command(*args), "--no-such-nspawn-option"])
+    with pytest.raises(FleetError, match="exited while booting") as failure:
+        broken.up(2, owner_pid=os.getpid(), cuda=False)
+    assert "no-such-nspawn-option" in str(failure.value)  # the console tail names the cause
+    assert broken.state is None
+    assert not broken.dir.exists()
+    assert not any(broken.name in line for line in subprocess.run(
+        ["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout.splitlines())
+    assert broken.name not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                                             check=True).stdout
 
 
 def test_killed_harness_leaves_nothing_after_the_next_down(fleet_base):
