@@ -16,6 +16,7 @@ import pytest
 from ansible_run import PlayResult, run_playbook
 from fleet import Fleet, gc
 from fleet.base import ensure_base
+from fleet.system import TOOL_PACKAGES
 
 ROOT_CONFTEST = Path(__file__).resolve().parents[2] / "conftest.py"
 _root_conftest = None
@@ -35,9 +36,8 @@ def require(condition: bool, reason: str) -> None:
 
 def require_fleet_tools() -> None:
     require(os.geteuid() == 0, "the test fleet needs root")
-    for tool, package in (("systemd-nspawn", "systemd-container"), ("debootstrap", "debootstrap"),
-                          ("ip", "iproute2"), ("ssh", "openssh-client")):
-        require(shutil.which(tool) is not None, f"{tool} missing: apt-get install -y {package}")
+    for tool in ("systemd-nspawn", "debootstrap", "ip", "ssh", "ssh-keygen", "tar"):
+        require(shutil.which(tool) is not None, f"{tool} missing: apt-get install -y {TOOL_PACKAGES[tool]}")
 
 
 @pytest.fixture(scope="session")
