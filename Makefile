@@ -58,5 +58,11 @@ unit: setup
 integration: setup
 	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
 
+fleet-up: setup
+	$(BIN)/python tests/fleet up --name dev --hosts 3 --replace
+
+fleet-down: setup
+	$(BIN)/python tests/fleet down --name dev
+
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache

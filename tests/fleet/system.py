@@ -1,0 +1,192 @@
+"""Thin wrappers around the machine: commands, required tools, processes and cgroups.
+
+Everything here acts on an exact name or PID handed in by the caller (read from a fleet's state),
+never on a pattern, so two fleets, or a fleet and anything else on the machine, cannot touch each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional
+
+
+class FleetError(RuntimeError):
+    """A fleet operation failed; the message says what to do."""
+
+
+# command -> Debian package that ships it (the names `.ci/run` installs)
+TOOL_PACKAGES = {
+    "systemd-nspawn": "systemd-container",
+    "debootstrap": "debootstrap",
+    "ip": "iproute2",
+    "ssh": "openssh-client",
+    "ssh-keygen": "openssh-client",
+    "tar": "tar",
+}
+
+
+def require_tools(*tools: str) -> None:
+    """Fail with the apt packages to install when a command is missing or we are not root."""
+    if os.geteuid() != 0:
+        raise FleetError("the test fleet needs root (network namespaces, overlay mounts, cgroups)")
+    missing = sorted({TOOL_PACKAGES.get(t, t) for t in tools if shutil.which(t) is None})
+    if missing:
+        raise FleetError(f"missing commands for the test fleet; install them with: "
+                         f"apt-get install -y {' '.join(missing)}")
+
+
+def run(cmd: List[str], *, check: bool = True, timeout: float = 120,
+        input_text: Optional[str] = None) -> subprocess.CompletedProcess:
+    """Run a command, capturing output; on failure raise FleetError with its stderr."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, input=input_text,
+                          stdin=None if input_text is not None else subprocess.DEVNULL, check=False)
+    if check and proc.returncode != 0:
+        raise FleetError(f"{' '.join(cmd)} exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()}")
+    return proc
+
+
+# --- processes -----------------------------------------------------------------------------------
+
+def _stat(pid: int) -> Optional[List[str]]:
+    """Fields of /proc/PID/stat after the command name (None when the process is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # comm (field 2) may contain spaces and parentheses: split after its closing parenthesis
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def start_time(pid: int) -> Optional[int]:
+    """The process's start time in clock ticks since boot (None when it is gone); guards against PID reuse."""
+    fields = _stat(pid)
+    return int(fields[19]) if fields else None
+
+
+def is_alive(pid: Optional[int], started: Optional[int]) -> bool:
+    """The recorded process still runs (a zombie waiting for its parent to reap it does not count)."""
+    fields = _stat(pid) if pid else None
+    return bool(fields) and started is not None and int(fields[19]) == started and fields[0] not in "ZX"
+
+
+def signal_process(pid: Optional[int], started: Optional[int], sig: int) -> None:
+    """Signal a PID only if it is still the process recorded (same start time)."""
+    if is_alive(pid, started):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def children(pid: int) -> List[int]:
+    kids: List[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            kids += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return kids
+
+
+def comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+# --- cgroups -------------------------------------------------------------------------------------
+
+def cgroup_parents() -> List[Path]:
+    """Where this process sits in the hierarchies nspawn uses: cgroup2 and the named systemd v1 one.
+
+    Fleet cgroups are created below these, never above, so whatever confines this process (a CI
+    runner's cgroup) still confines the hosts.
+    """
+    mounts = {}
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        pre, _, post = line.partition(" - ")
+        fstype, _source, options = post.split(" ")[:3]
+        mount_point = pre.split(" ")[4]
+        if fstype == "cgroup2":
+            mounts["0:"] = mount_point
+        elif fstype == "cgroup" and "name=systemd" in options.split(","):
+            mounts["name=systemd"] = mount_point
+    parents = []
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        hier_id, controllers, path = line.split(":", 2)
+        key = "0:" if hier_id == "0" and controllers == "" else controllers
+        if key in mounts:
+            parents.append(Path(mounts[key]) / path.lstrip("/"))
+    if not parents:
+        raise FleetError("no cgroup2 or name=systemd cgroup hierarchy is mounted; systemd-nspawn needs one")
+    return parents
+
+
+def cgroup_tree(root: Path) -> List[Path]:
+    """A cgroup directory and all its descendants, deepest first (the order rmdir needs)."""
+    if not root.is_dir():
+        return []
+    found = [Path(d) for d, _, _ in os.walk(root)]
+    return sorted(found, key=lambda p: len(p.parts), reverse=True)
+
+
+def cgroup_pids(root: Path) -> List[int]:
+    pids: List[int] = []
+    for group in cgroup_tree(root):
+        try:
+            pids += [int(p) for p in (group / "cgroup.procs").read_text().split()]
+        except OSError:
+            continue
+    return pids
+
+
+def kill_cgroups(roots: Iterable[Path], timeout: float = 10) -> List[int]:
+    """SIGKILL every process in the cgroup subtrees until they are empty; return PIDs still left."""
+    roots = list(roots)
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = sorted({pid for root in roots for pid in cgroup_pids(root)})
+        if not pids or time.monotonic() > deadline:
+            return pids
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+
+
+def wait_cgroups_empty(roots: Iterable[Path], timeout: float) -> bool:
+    roots = list(roots)
+    deadline = time.monotonic() + timeout
+    while any(cgroup_pids(root) for root in roots):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def remove_cgroups(roots: Iterable[Path]) -> None:
+    for root in roots:
+        for group in cgroup_tree(root):
+            with contextlib.suppress(FileNotFoundError):
+                group.rmdir()
+
+
+def memory_bytes(pids: Iterable[int]) -> Dict[str, int]:
+    """Resident memory of the processes: ``pss`` splits shared pages between their users (the fair
+    share), ``rss`` counts every mapped page in full (an upper bound)."""
+    total = {"pss": 0, "rss": 0}
+    for pid in pids:
+        try:
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+        except OSError:
+            continue
+        for line in rollup:
+            key = line.split(":")[0].lower()
+            if key in total:
+                total[key] += int(line.split()[1]) * 1024
+    return total

@@ -1,0 +1,64 @@
+"""Session fixtures for tests on the disposable test fleet (tests/fleet): real systemd hosts over ssh.
+
+``fleet``: three hosts, booted once per session and torn down at its end (also when tests fail; a
+killed session's fleet is removed by the next session's ``gc()``). ``fleet_play``: run a playbook
+against it through ansible-runner, with per-host task results and stats.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from ansible_run import PlayResult, run_playbook
+from fleet import Fleet, gc
+from fleet.base import ensure_base
+from fleet.system import TOOL_PACKAGES
+
+ROOT_CONFTEST = Path(__file__).resolve().parents[2] / "conftest.py"
+_root_conftest = None
+
+
+def pytest_configure(config):
+    # Every conftest.py outside a package is imported as the module `conftest`, so this one replaces
+    # tests/conftest.py in sys.modules once loaded: keep `from conftest import require` working.
+    global _root_conftest  # noqa: PLW0603
+    _root_conftest = config.pluginmanager.get_plugin(str(ROOT_CONFTEST))
+
+
+def require(condition: bool, reason: str) -> None:
+    """tests/conftest.py's require(): skip locally, fail under CI."""
+    _root_conftest.require(condition, reason)
+
+
+def require_fleet_tools() -> None:
+    require(os.geteuid() == 0, "the test fleet needs root")
+    for tool in ("systemd-nspawn", "debootstrap", "ip", "ssh", "ssh-keygen", "tar"):
+        require(shutil.which(tool) is not None, f"{tool} missing: apt-get install -y {TOOL_PACKAGES[tool]}")
+
+
+@pytest.fixture(scope="session")
+def fleet_base() -> Path:
+    """The cached base rootfs (built by debootstrap on first use, about a minute)."""
+    require_fleet_tools()
+    return ensure_base()
+
+
+@pytest.fixture(scope="session")
+def fleet(fleet_base) -> Iterator[Fleet]:
+    gc()  # fleets of sessions that were killed
+    session_fleet = Fleet(f"t{os.getpid() % 10**8}")
+    try:
+        yield session_fleet.up(3, owner_pid=os.getpid())
+    finally:
+        session_fleet.down()
+
+
+@pytest.fixture(scope="session")
+def fleet_play(fleet):
+    def play(playbook, **kwargs) -> PlayResult:
+        return run_playbook(playbook, fleet.inventory, **kwargs)
+    return play

@@ -1,0 +1,142 @@
+"""Fast checks of the harness's decisions (no fleet is started): apt sources, subnets, names, launcher."""
+
+from __future__ import annotations
+
+import ipaddress
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import require
+from fleet import FleetError, net
+from fleet import host as hostlib
+from fleet.base import apt_mirror, base_key, base_spec
+from fleet.state import check_hostnames, check_name
+
+DEB822 = """\
+Types: deb
+# a comment inside a stanza
+URIs: http://mirror.invalid/debian-security
+Suites: bookworm-security
+Components: main
+
+Types: deb deb-src
+URIs: http://disabled.invalid/debian
+Suites: bookworm
+Components: main
+Enabled: no
+
+Types: deb
+URIs: http://mirror.invalid/debian
+Suites: bookworm bookworm-updates
+Components: main contrib
+"""
+
+
+@pytest.fixture
+def etc_apt(tmp_path, monkeypatch):
+    monkeypatch.delenv("SGLANG_FLEET_APT_MIRROR", raising=False)
+    (tmp_path / "sources.list.d").mkdir()
+    return tmp_path
+
+
+def test_apt_mirror_from_deb822_skips_disabled_and_other_suites(etc_apt):
+    (etc_apt / "sources.list.d" / "debian.sources").write_text(DEB822)
+    (etc_apt / "sources.list.d" / "other.list.disabled").write_text("deb http://no.invalid/ bookworm main\n")
+    assert apt_mirror("bookworm", etc_apt) == "http://mirror.invalid/debian"
+
+
+def test_apt_mirror_from_one_line_format_with_options(etc_apt):
+    (etc_apt / "sources.list").write_text(
+        "# deb http://commented.invalid/debian bookworm main\n"
+        "deb-src http://src.invalid/debian bookworm main\n"
+        "deb [arch=amd64 signed-by=/usr/share/keyrings/k.gpg] http://one.invalid/debian bookworm main\n")
+    assert apt_mirror("bookworm", etc_apt) == "http://one.invalid/debian"
+
+
+def test_apt_mirror_override_and_missing_suite(etc_apt, monkeypatch):
+    (etc_apt / "sources.list.d" / "debian.sources").write_text(DEB822)
+    with pytest.raises(FleetError, match="SGLANG_FLEET_APT_MIRROR"):
+        apt_mirror("trixie", etc_apt)
+    monkeypatch.setenv("SGLANG_FLEET_APT_MIRROR", "http://override.invalid/debian")
+    assert apt_mirror("trixie", etc_apt) == "http://override.invalid/debian"
+
+
+def test_this_machine_has_a_mirror_for_its_suite():
+    assert apt_mirror(str(base_spec()["suite"])).startswith(("http://", "https://", "file:/"))
+
+
+def test_base_key_follows_the_package_list(monkeypatch):
+    monkeypatch.delenv("SGLANG_FLEET_EXTRA_PACKAGES", raising=False)
+    plain = base_key(base_spec())
+    assert plain == base_key(base_spec())
+    monkeypatch.setenv("SGLANG_FLEET_EXTRA_PACKAGES", "curl, jq")
+    assert base_key(base_spec()) != plain
+
+
+def test_subnet_is_derived_from_the_name_and_avoids_collisions(monkeypatch):
+    monkeypatch.setattr(net, "_networks_in_use", lambda: [ipaddress.ip_network("10.0.0.0/8")])
+    first = net.pick_subnet("alpha", [])
+    assert first == net.pick_subnet("alpha", [])
+    assert first.prefixlen == 24
+    assert net.pick_subnet("alpha", [str(first)]) != first
+    monkeypatch.setattr(net, "_networks_in_use", lambda: [first])
+    assert net.pick_subnet("alpha", []) != first
+    monkeypatch.setattr(net, "_networks_in_use", lambda: [ipaddress.ip_network("192.168.0.0/16")])
+    with pytest.raises(RuntimeError, match="no free"):
+        net.pick_subnet("alpha", [])
+
+
+@pytest.mark.parametrize("name", ["", "Dev", "1abc", "toolongname", "a-b", "a_b"])
+def test_bad_fleet_names_are_refused(name):
+    with pytest.raises(FleetError, match="fleet name"):
+        check_name(name)
+
+
+def test_link_names_fit_the_kernel_limit():
+    longest = "a" * 9
+    assert check_name(longest) == longest
+    assert len(net.veth_name(longest, 99)) <= 15
+    assert len(net.bridge_name(longest)) <= 15
+
+
+def test_host_names_must_be_unique_hostnames():
+    assert check_hostnames(["mol-1", "mol-2"]) == ["mol-1", "mol-2"]
+    for bad in (["a", "a"], ["Upper"], ["trailing-"], []):
+        with pytest.raises(FleetError):
+            check_hostnames(bad)
+
+
+def test_launcher_starts_nothing_unless_told_go(tmp_path):
+    """A harness killed before recording the launcher's PID closes its stdin: nothing may start."""
+    marker = tmp_path / "started"
+    launch = [sys.executable, str(hostlib.LAUNCHER), "--", "touch", str(marker)]
+    refused = subprocess.run(launch, stdin=subprocess.DEVNULL, check=False)
+    assert refused.returncode == 1
+    assert not marker.exists()
+    started = subprocess.run(launch, input=b"go\n", check=False)
+    assert started.returncode == 0
+    assert marker.exists()
+
+
+def test_cuda_toolkit_found_through_a_wrapper_script(tmp_path, monkeypatch):
+    require(shutil.which("nvcc") is not None, "nvcc not on PATH")
+    monkeypatch.delenv("SGLANG_FLEET_CUDA", raising=False)
+    toolkit = hostlib.cuda_toolkit()
+    assert toolkit is not None
+    assert (toolkit / "bin" / "nvcc").is_file()
+    wrapper = tmp_path / "bin" / "nvcc"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\nexec {toolkit}/bin/nvcc "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrapper.parent}:/usr/bin:/bin")
+    assert hostlib.cuda_toolkit() == toolkit
+    monkeypatch.setenv("SGLANG_FLEET_CUDA", "none")
+    assert hostlib.cuda_toolkit() is None
+    monkeypatch.setenv("SGLANG_FLEET_CUDA", str(Path(toolkit)))
+    assert hostlib.cuda_toolkit() == toolkit
+    monkeypatch.setenv("SGLANG_FLEET_CUDA", str(tmp_path / "not-a-toolkit"))
+    with pytest.raises(FleetError, match="no bin/nvcc"):
+        hostlib.cuda_toolkit()

@@ -1,0 +1,62 @@
+"""A playbook installs, enables and starts a systemd unit on every host over ssh; a rerun changes nothing.
+
+The playbook and role are the molecule scenario's (tests/molecule/fleet), so both paths test one thing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+CONVERGE = Path(__file__).resolve().parents[2] / "molecule" / "fleet" / "converge.yml"
+UNIT = "fleet-probe.service"
+
+
+@pytest.fixture(scope="module")
+def first_run(fleet_play):
+    return fleet_play(CONVERGE)
+
+
+@pytest.fixture(scope="module")
+def second_run(fleet_play, first_run):
+    return fleet_play(CONVERGE)
+
+
+def test_first_run_installs_enables_and_starts_the_unit_on_every_host(fleet, first_run):
+    assert first_run.rc == 0, first_run.stdout
+    for h in fleet.hosts:
+        assert first_run.task(h["name"], "Install the probe unit")["changed"] is True
+        started = first_run.task(h["name"], "Enable and start the probe service")
+        assert started["changed"] is True
+        assert started["enabled"] is True
+        assert started["state"] == "started"
+    assert set(first_run.stats["changed"]) == {h["name"] for h in fleet.hosts}
+    assert not first_run.stats.get("failures")
+
+
+def test_unit_runs_and_restarts(fleet, first_run):
+    for h in fleet.hosts:
+        remote = fleet.testinfra(h["name"])
+        service = remote.service(UNIT)
+        assert service.is_enabled
+        assert service.is_running
+        before = remote.check_output(f"systemctl show --property=MainPID,InvocationID {UNIT}")
+        remote.check_output(f"systemctl restart {UNIT}")
+        after = remote.check_output(f"systemctl show --property=MainPID,InvocationID {UNIT}")
+        assert remote.service(UNIT).is_running
+        old, new = dict(line.split("=", 1) for line in before.splitlines()), dict(
+            line.split("=", 1) for line in after.splitlines())
+        assert int(new["MainPID"]) > 0
+        assert new["MainPID"] != old["MainPID"]
+        assert new["InvocationID"] != old["InvocationID"]
+
+
+def test_second_run_reports_no_change(fleet, second_run):
+    assert second_run.rc == 0, second_run.stdout
+    assert not second_run.stats.get("changed"), second_run.stats
+    assert set(second_run.stats["ok"]) == {h["name"] for h in fleet.hosts}
+    for h in fleet.hosts:
+        assert second_run.task(h["name"], "Enable and start the probe service")["changed"] is False
