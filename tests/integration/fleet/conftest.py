@@ -17,21 +17,7 @@ from ansible_run import PlayResult, run_playbook
 from fleet import Fleet, gc
 from fleet.base import ensure_base
 from fleet.system import TOOL_PACKAGES
-
-ROOT_CONFTEST = Path(__file__).resolve().parents[2] / "conftest.py"
-_root_conftest = None
-
-
-def pytest_configure(config):
-    # Every conftest.py outside a package is imported as the module `conftest`, so this one replaces
-    # tests/conftest.py in sys.modules once loaded: keep `from conftest import require` working.
-    global _root_conftest  # noqa: PLW0603
-    _root_conftest = config.pluginmanager.get_plugin(str(ROOT_CONFTEST))
-
-
-def require(condition: bool, reason: str) -> None:
-    """tests/conftest.py's require(): skip locally, fail under CI."""
-    _root_conftest.require(condition, reason)
+from prereq import require
 
 
 def require_fleet_tools() -> None:

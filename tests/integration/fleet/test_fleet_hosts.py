@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from cache import pip_download
-from conftest import require
+from prereq import require
 
 pytestmark = pytest.mark.integration
 

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import require
 from fleet import FleetError, net
 from fleet import host as hostlib
 from fleet.base import apt_mirror, base_key, base_spec
 from fleet.state import check_hostnames, check_name
+from prereq import require
 
 DEB822 = """\
 Types: deb
