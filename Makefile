@@ -41,7 +41,7 @@ ruff: setup
 	$(BIN)/ruff check .
 
 ansible-lint: setup
-	$(BIN)/ansible-lint --offline --profile production
+	$(BIN)/ansible-lint --offline --profile production --strict
 
 syntax: setup
 	@for p in $(PLAYBOOKS); do \
