@@ -71,8 +71,9 @@ def run_playbook(playbook: str | Path | list, inventory: str | Path | None = Non
         results: dict[str, list[dict]] = {}
         for event in runner.events:
             data = event.get("event_data", {})
+            # per-task results only: a loop's items are inside its runner_on_* result ("results")
             if event.get("event") in ("runner_on_ok", "runner_on_failed", "runner_on_skipped",
-                                      "runner_on_unreachable", "runner_item_on_failed"):
+                                      "runner_on_unreachable"):
                 res = dict(data.get("res", {}))
                 res["task"] = data.get("task")
                 res["event"] = event["event"]

@@ -15,9 +15,6 @@ from pathlib import Path
 
 from cache import cache_dir  # tests/ is on sys.path (rootdir conftest)
 
-# torch 2.13.0 on this machine's image is the +cpu local file; 2.14.1 resolves to the cu130 build.
-KNOWN_BUILDS = {"2.14.1": "cuda", "2.13.0": "cpu"}
-
 
 def torch_python(version: str, timeout: int = 3600) -> Path:
     """Path to the python of a venv holding exactly ``torch==version``; created on first use."""

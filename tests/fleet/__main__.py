@@ -12,18 +12,18 @@ if __package__ in (None, ""):  # run as `python tests/fleet`: import the package
 
 from fleet.base import ensure_base
 from fleet.core import Fleet, gc
-from fleet.state import State, all_names
+from fleet.state import all_names
 from fleet.system import FleetError, is_alive
 
 
 def _status(name: str) -> dict:
-    state = State.load(name)
-    data = state.data if state else {}
+    fleet = Fleet(name)
+    data = fleet.state.data if fleet.state else {}
     return {"name": name, "phase": data.get("phase"), "subnet": data.get("subnet"),
             "owner_pid": (data.get("owner") or {}).get("pid"),
-            "inventory": str(Fleet(name).inventory), "key": str(Fleet(name).key),
-            "wheelhouse_url": f"http://{data.get('controller_ip')}:{data.get('wheelhouse', {}).get('port')}/",
-            "hosts": [{"name": h["name"], "ip": h["ip"], "pid": h["pid"], "leader_pid": h.get("leader"),
+            "inventory": str(fleet.inventory), "key": str(fleet.key),
+            "wheelhouse_url": fleet.wheelhouse_url if fleet.state else None,
+            "hosts": [{"name": h["name"], "ip": h["ip"], "pid": h["pid"],
                        "running": is_alive(h["pid"], h["start"])} for h in data.get("hosts", [])]}
 
 

@@ -153,7 +153,6 @@ def _postprocess(root: Path) -> None:
 
 
 def _debootstrap(spec: Dict[str, object], target: Path, log: Path) -> None:
-    require_tools("debootstrap")
     suite = str(spec["suite"])
     mirror = apt_mirror(suite)
     cmd = ["debootstrap", "--variant=minbase", f"--arch={spec['arch']}",
@@ -171,6 +170,7 @@ def _debootstrap(spec: Dict[str, object], target: Path, log: Path) -> None:
 
 def ensure_base(rebuild: bool = False, cache: Optional[Path] = None) -> Path:
     """Path of the unpacked base rootfs, building or restoring it first if needed (locked)."""
+    require_tools()
     cache = cache or cache_dir("fleet-base")
     spec = base_spec()
     key = base_key(spec)
@@ -183,7 +183,6 @@ def ensure_base(rebuild: bool = False, cache: Optional[Path] = None) -> Path:
             tarball.unlink(missing_ok=True)
         if ready.exists() and tree.is_dir():
             return tree
-        require_tools("tar")
         staging = cache / f"{key}.staging"
         shutil.rmtree(staging, ignore_errors=True)
         shutil.rmtree(tree, ignore_errors=True)

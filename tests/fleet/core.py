@@ -17,7 +17,7 @@ from cache import pip_download, wheelhouse  # tests/cache.py (tests/ is on sys.p
 from . import host as hostlib
 from . import net
 from .base import ensure_base
-from .state import State, all_names, check_hostnames, check_name, fleets_root, locked
+from .state import State, all_names, check_hostnames, check_name, locked, state_dir
 from .system import (
     FleetError,
     cgroup_parents,
@@ -43,7 +43,7 @@ class Fleet:
     # --- description -------------------------------------------------------------------------
     @property
     def dir(self) -> Path:
-        return fleets_root() / self.name
+        return state_dir(self.name)
 
     @property
     def inventory(self) -> Path:
@@ -64,15 +64,26 @@ class Fleet:
     def ssh_args(self) -> List[str]:
         return [*hostlib.SSH_OPTIONS, "-o", f"ControlPath={self.control_path}"]
 
+    @property
+    def wheelhouse_url(self) -> str:
+        return f"http://{self.state['controller_ip']}:{self.state['wheelhouse']['port']}/"
+
+    def _address(self, host: str) -> str:
+        for h in self.hosts:
+            if h["name"] == host:
+                return h["ip"]
+        raise FleetError(f"fleet {self.name} has no host {host!r}; its hosts: "
+                         f"{', '.join(h['name'] for h in self.hosts) or 'none (not up)'}")
+
     def ssh(self, host: str, command: str, *, check: bool = True, timeout: float = 120):
-        address = next(h["ip"] for h in self.hosts if h["name"] == host)
+        """Run a shell command on a host over ssh (a connection master is kept for 30 s)."""
         return run(["ssh", *self.ssh_args(), "-o", "ControlMaster=auto", "-o", "ControlPersist=30s",
-                    "-i", str(self.key), f"root@{address}", command], check=check, timeout=timeout)
+                    "-i", str(self.key), f"root@{self._address(host)}", command],
+                   check=check, timeout=timeout)
 
     def testinfra(self, host: str):
         """A testinfra host reached over ssh with this fleet's key."""
-        address = next(h["ip"] for h in self.hosts if h["name"] == host)
-        return testinfra.get_host(f"ssh://root@{address}", ssh_identity_file=str(self.key),
+        return testinfra.get_host(f"ssh://root@{self._address(host)}", ssh_identity_file=str(self.key),
                                   ssh_extra_args=" ".join(self.ssh_args()))
 
     def memory(self) -> Dict[str, Dict[str, int]]:
@@ -88,7 +99,7 @@ class Fleet:
         ``owner_pid``: a process whose death makes the fleet garbage for ``gc()`` (a pytest session);
         without it the fleet lives until ``down()``. On any failure everything made so far is removed.
         """
-        require_tools("systemd-nspawn", "ip", "ssh", "ssh-keygen", "tar")
+        require_tools()
         names = check_hostnames([f"{self.name}-{i}" for i in range(1, hosts + 1)]
                                 if isinstance(hosts, int) else list(hosts))
         wheel_dir = Path(wheel_dir or wheelhouse()).resolve()
@@ -171,7 +182,6 @@ class Fleet:
                           overlay=overlay, keep_netns=h["netns"])
         for h in st["hosts"]:
             hostlib.wait_ready(h, self.key, Path(h["dir"]) / "console.log")
-            h["leader"] = hostlib.leader(h["pid"])
         self._write_inventory()
         st.data["phase"] = "ready"
         st.save()
@@ -196,8 +206,7 @@ class Fleet:
 
     def inventory_vars(self) -> Dict[str, str]:
         """Group variables of the inventory: how to connect, and where the controller serves wheels."""
-        st = self.state
-        url = f"http://{st['controller_ip']}:{st['wheelhouse']['port']}/"
+        st, url = self.state, self.wheelhouse_url
         group_vars = {
             "ansible_user": "root", "ansible_ssh_private_key_file": str(self.key),
             "ansible_ssh_common_args": " ".join(self.ssh_args()),

@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from .system import FleetError, children, comm, is_alive, run
+from .system import FleetError, is_alive, run
 
 LAUNCHER = Path(__file__).with_name("launch.py")
 SSH_OPTIONS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
@@ -104,17 +104,6 @@ def start(command: List[str], cgroups: List[Path], log: Path, record_pid, *, ove
     proc.stdin.write(b"go\n")
     proc.stdin.close()
     return proc
-
-
-def leader(pid: int) -> Optional[int]:
-    """The container's PID 1 (systemd) among nspawn's descendants, once it has exec'd."""
-    todo = children(pid)
-    while todo:
-        child = todo.pop()
-        if comm(child) == "systemd":
-            return child
-        todo += children(child)
-    return None
 
 
 def ssh_command(key: Path, address: str, *remote: str) -> List[str]:

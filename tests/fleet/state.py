@@ -29,6 +29,11 @@ def fleets_root() -> Path:
     return cache_dir("fleets")
 
 
+def state_dir(name: str) -> Path:
+    """Where a fleet's state, key, inventory and host directories live."""
+    return fleets_root() / check_name(name)
+
+
 def check_name(name: str) -> str:
     if not NAME_RE.match(name):
         raise FleetError(f"fleet name {name!r}: use 1-9 lowercase letters/digits, starting with a letter "
@@ -54,7 +59,7 @@ class State:
 
     @property
     def dir(self) -> Path:
-        return fleets_root() / self.name
+        return state_dir(self.name)
 
     @property
     def path(self) -> Path:
@@ -62,7 +67,7 @@ class State:
 
     @classmethod
     def load(cls, name: str) -> Optional[State]:
-        path = fleets_root() / check_name(name) / "state.json"
+        path = state_dir(name) / "state.json"
         try:
             return cls(name, json.loads(path.read_text()))
         except FileNotFoundError:

@@ -20,8 +20,8 @@ class FleetError(RuntimeError):
     """A fleet operation failed; the message says what to do."""
 
 
-# command -> Debian package that ships it (the names `.ci/run` installs)
-TOOL_PACKAGES = {
+# Every command the harness runs -> the Debian package that ships it (the names `.ci/run` installs).
+FLEET_TOOLS = {
     "systemd-nspawn": "systemd-container",
     "debootstrap": "debootstrap",
     "ip": "iproute2",
@@ -31,11 +31,11 @@ TOOL_PACKAGES = {
 }
 
 
-def require_tools(*tools: str) -> None:
+def require_tools() -> None:
     """Fail with the apt packages to install when a command is missing or we are not root."""
     if os.geteuid() != 0:
         raise FleetError("the test fleet needs root (network namespaces, overlay mounts, cgroups)")
-    missing = sorted({TOOL_PACKAGES.get(t, t) for t in tools if shutil.which(t) is None})
+    missing = sorted({package for tool, package in FLEET_TOOLS.items() if shutil.which(tool) is None})
     if missing:
         raise FleetError(f"missing commands for the test fleet; install them with: "
                          f"apt-get install -y {' '.join(missing)}")
@@ -80,23 +80,6 @@ def signal_process(pid: Optional[int], started: Optional[int], sig: int) -> None
     if is_alive(pid, started):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
-
-
-def children(pid: int) -> List[int]:
-    kids: List[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            kids += [int(p) for p in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return kids
-
-
-def comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
 
 
 # --- cgroups -------------------------------------------------------------------------------------

@@ -8,8 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cache
 import pytest
-from fleet import FleetError, net
+from fleet import Fleet, FleetError, net
 from fleet import host as hostlib
 from fleet.base import apt_mirror, base_key, base_spec
 from fleet.state import check_hostnames, check_name
@@ -140,3 +141,26 @@ def test_cuda_toolkit_found_through_a_wrapper_script(tmp_path, monkeypatch):
     monkeypatch.setenv("SGLANG_FLEET_CUDA", str(tmp_path / "not-a-toolkit"))
     with pytest.raises(FleetError, match="no bin/nvcc"):
         hostlib.cuda_toolkit()
+
+
+def test_pip_download_asks_no_index_for_a_wheel_it_has(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(cache.subprocess, "run", lambda cmd, **kwargs: calls.append(cmd))
+    (tmp_path / "iniconfig-2.3.1-py3-none-any.whl").write_bytes(b"")
+    assert cache.pip_download(["iniconfig==2.3.1"], tmp_path) == tmp_path
+    assert calls == []
+    for asked in (["iniconfig==2.3.2"], ["iniconfig>=2"], ["iniconfig==2.3.1", "pluggy==1.6.0"]):
+        cache.pip_download(asked, tmp_path)
+        assert calls[-1][-len(asked):] == asked
+    cache.pip_download(["iniconfig==2.3.1"], tmp_path, deps=True)
+    cache.pip_download(["iniconfig==2.3.1"], tmp_path, extra_args=["--platform", "win_amd64"])
+    assert len(calls) == 5
+    (tmp_path / "other-1.0-cp27-cp27mu-linux_armv7l.whl").write_bytes(b"")
+    cache.pip_download(["other==1.0"], tmp_path)  # a wheel this interpreter cannot install
+    assert len(calls) == 6
+
+
+def test_unknown_host_is_a_fleet_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("SGLANG_FLEET_CACHE", str(tmp_path))
+    with pytest.raises(FleetError, match="has no host 'x-1'"):
+        Fleet("x").testinfra("x-1")

@@ -16,14 +16,14 @@ import pytest
 from ansible_run import PlayResult, run_playbook
 from fleet import Fleet, gc
 from fleet.base import ensure_base
-from fleet.system import TOOL_PACKAGES
+from fleet.system import FLEET_TOOLS
 from prereq import require
 
 
 def require_fleet_tools() -> None:
     require(os.geteuid() == 0, "the test fleet needs root")
-    for tool in ("systemd-nspawn", "debootstrap", "ip", "ssh", "ssh-keygen", "tar"):
-        require(shutil.which(tool) is not None, f"{tool} missing: apt-get install -y {TOOL_PACKAGES[tool]}")
+    for tool, package in FLEET_TOOLS.items():
+        require(shutil.which(tool) is not None, f"{tool} missing: apt-get install -y {package}")
 
 
 @pytest.fixture(scope="session")
