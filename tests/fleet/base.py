@@ -59,14 +59,18 @@ def _apt_sources(etc_apt: Path) -> List[Tuple[List[str], List[str], List[str], L
     for path in one_line:
         if not path.is_file():
             continue
-        for raw in path.read_text().splitlines():
+        for number, raw in enumerate(path.read_text().splitlines(), 1):
             words = raw.split("#", 1)[0].split()
-            if len(words) >= 3 and words[0] in ("deb", "deb-src"):
-                if words[1].startswith("["):  # options: [arch=amd64 signed-by=...]
-                    while not words[1].endswith("]"):
-                        del words[1]
-                    del words[1]
-                entries.append(([words[0]], [words[1]], [words[2]], words[3:]))
+            if words[:1] not in (["deb"], ["deb-src"]):
+                continue
+            if words[1:] and words[1].startswith("["):  # options: [arch=amd64 signed-by=...]
+                close = next((i for i, w in enumerate(words) if w.endswith("]")), None)
+                words = [words[0], *words[close + 1:]] if close is not None else []
+            if len(words) < 3:
+                raise FleetError(f"{path}:{number}: not an apt source line (deb [options] URI suite "
+                                 f"[components]): {raw.strip()!r}; fix it (apt cannot read it either) or set "
+                                 f"SGLANG_FLEET_APT_MIRROR")
+            entries.append(([words[0]], [words[1]], [words[2]], words[3:]))
     for path in sorted((etc_apt / "sources.list.d").glob("*.sources")):
         for stanza in _deb822(path.read_text()):
             if stanza.get("enabled", "yes").lower() == "no":

@@ -141,7 +141,8 @@ class Fleet:
             "cgroups": [str(r) for r in cgroup_roots], "base": str(base),
             "cuda_home": str(cuda_home) if cuda_home else None, "hosts": hosts,
             "wheelhouse": {"dir": str(wheel_dir), "port": WHEELHOUSE_PORT, "pid": None, "start": None,
-                           "cgroups": [str(r / "wheelhouse") for r in cgroup_roots]},
+                           # "_" cannot start a host name: no host's cgroup has this name
+                           "cgroups": [str(r / "_wheelhouse") for r in cgroup_roots]},
         })
         shutil.rmtree(state.dir, ignore_errors=True)  # a previous fleet's files (its resources are gone)
         state.save()

@@ -12,9 +12,10 @@ import uuid
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from .system import FleetError, is_alive, run
+from .system import CommandTimeout, FleetError, is_alive, run
 
 LAUNCHER = Path(__file__).with_name("launch.py")
+NVCC_TIMEOUT = 60  # seconds for `nvcc --dryrun` to say where its toolkit is
 SSH_OPTIONS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
                "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes"]
 
@@ -38,8 +39,12 @@ def cuda_toolkit() -> Optional[Path]:
         return None
     home = Path(nvcc).resolve().parent.parent
     if not (home / "include" / "cuda_runtime.h").is_file():
-        proc = subprocess.run([nvcc, "--dryrun", "-c", "-x", "cu", os.devnull, "-o", os.devnull],
-                              capture_output=True, text=True, check=False)
+        try:
+            proc = run([nvcc, "--dryrun", "-c", "-x", "cu", os.devnull, "-o", os.devnull], check=False,
+                       timeout=NVCC_TIMEOUT)
+        except CommandTimeout as exc:
+            raise FleetError(f"{exc}: cannot tell where the CUDA toolkit is; set SGLANG_FLEET_CUDA to "
+                             f"its directory, or to 'none'") from exc
         found = re.search(r"^#\$ _HERE_=(.+)$", proc.stdout + proc.stderr, re.MULTILINE)
         if not found:
             return None
@@ -122,7 +127,7 @@ def wait_ready(host: Dict, key: Path, log: Path, timeout: float = 120) -> None:
         try:
             proc = run(ssh_command(key, host["ip"], "systemctl", "is-system-running", "--wait"), check=False,
                        timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
+        except CommandTimeout:
             last = "systemd had not finished booting"
             break
         state = proc.stdout.strip()

@@ -20,6 +20,10 @@ class FleetError(RuntimeError):
     """A fleet operation failed; the message says what to do."""
 
 
+class CommandTimeout(FleetError):
+    """A command ran past its time limit (it and everything it started were killed)."""
+
+
 # Every command the harness runs -> the Debian package that ships it (the names `.ci/run` installs).
 FLEET_TOOLS = {
     "systemd-nspawn": "systemd-container",
@@ -41,14 +45,29 @@ def require_tools() -> None:
                          f"apt-get install -y {' '.join(missing)}")
 
 
-def run(cmd: List[str], *, check: bool = True, timeout: float = 120,
-        input_text: Optional[str] = None) -> subprocess.CompletedProcess:
-    """Run a command, capturing output; on failure raise FleetError with its stderr."""
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, input=input_text,
-                          stdin=None if input_text is not None else subprocess.DEVNULL, check=False)
+def run(cmd: List[str], *, check: bool = True, timeout: float = 120, input_text: Optional[str] = None,
+        pass_fds: Iterable[int] = ()) -> subprocess.CompletedProcess:
+    """Run a command, capturing output; on failure raise FleetError with its stderr.
+
+    The command gets a session of its own, so a timeout kills it and everything it started
+    (debootstrap's chroot'ed dpkg, ssh's proxies) and raises CommandTimeout, a FleetError.
+    """
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True, pass_fds=tuple(pass_fds))
+    except OSError as exc:
+        raise FleetError(f"cannot run {cmd[0]}: {exc}") from exc
+    try:
+        stdout, stderr = proc.communicate(input_text, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise CommandTimeout(f"{' '.join(cmd)} did not finish in {timeout:.0f} s (killed)") from None
     if check and proc.returncode != 0:
-        raise FleetError(f"{' '.join(cmd)} exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()}")
-    return proc
+        raise FleetError(f"{' '.join(cmd)} exited {proc.returncode}: {(stderr or stdout).strip()}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
 # --- processes -----------------------------------------------------------------------------------

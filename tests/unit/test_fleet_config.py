@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import cache
@@ -14,6 +16,7 @@ from fleet import Fleet, FleetError, net
 from fleet import host as hostlib
 from fleet.base import apt_mirror, base_key, base_spec
 from fleet.state import check_hostnames, check_name
+from fleet.system import CommandTimeout, run
 from prereq import require
 
 DEB822 = """\
@@ -57,6 +60,14 @@ def test_apt_mirror_from_one_line_format_with_options(etc_apt):
     assert apt_mirror("bookworm", etc_apt) == "http://one.invalid/debian"
 
 
+@pytest.mark.parametrize("line", ["deb [arch=amd64 http://one.invalid/debian bookworm main",
+                                  "deb [arch=amd64] http://one.invalid/debian", "deb", "deb []"])
+def test_malformed_apt_source_line_names_file_and_line(etc_apt, line):
+    (etc_apt / "sources.list").write_text(f"# comment\n{line}\n")
+    with pytest.raises(FleetError, match=r"sources.list:2: not an apt source line"):
+        apt_mirror("bookworm", etc_apt)
+
+
 def test_apt_mirror_override_and_missing_suite(etc_apt, monkeypatch):
     (etc_apt / "sources.list.d" / "debian.sources").write_text(DEB822)
     with pytest.raises(FleetError, match="SGLANG_FLEET_APT_MIRROR"):
@@ -79,6 +90,7 @@ def test_base_key_follows_the_package_list(monkeypatch):
 
 def test_subnet_is_derived_from_the_name_and_avoids_collisions(monkeypatch):
     monkeypatch.setattr(net, "_networks_in_use", lambda: [ipaddress.ip_network("10.0.0.0/8")])
+    monkeypatch.setattr(net, "_peers_via_gateways", list)
     first = net.pick_subnet("alpha", [])
     assert first == net.pick_subnet("alpha", [])
     assert first.prefixlen == 24
@@ -86,8 +98,23 @@ def test_subnet_is_derived_from_the_name_and_avoids_collisions(monkeypatch):
     monkeypatch.setattr(net, "_networks_in_use", lambda: [first])
     assert net.pick_subnet("alpha", []) != first
     monkeypatch.setattr(net, "_networks_in_use", lambda: [ipaddress.ip_network("192.168.0.0/16")])
-    with pytest.raises(RuntimeError, match="no free"):
+    with pytest.raises(FleetError, match="no free"):
         net.pick_subnet("alpha", [])
+
+
+def test_subnet_avoids_peers_reached_through_the_gateway(monkeypatch):
+    """A CI controller at 192.168.X.7 reached via the default route: a bridge on 192.168.X.0/24 would
+    capture its traffic."""
+    monkeypatch.setattr(net, "_networks_in_use", list)
+    monkeypatch.setattr(net, "_peers_via_gateways", list)
+    first = net.pick_subnet("alpha", [])
+    monkeypatch.setattr(net, "_peers_via_gateways", lambda: [ipaddress.ip_network(f"{first[7]}/32")])
+    assert net.pick_subnet("alpha", []) != first
+
+
+def test_peers_via_gateways_reads_this_machine():
+    peers = net._peers_via_gateways()
+    assert all(p.prefixlen == 32 and not p[0].is_loopback for p in peers)
 
 
 @pytest.mark.parametrize("name", ["", "Dev", "1abc", "toolongname", "a-b", "a_b"])
@@ -164,3 +191,28 @@ def test_unknown_host_is_a_fleet_error(tmp_path, monkeypatch):
     monkeypatch.setenv("SGLANG_FLEET_CACHE", str(tmp_path))
     with pytest.raises(FleetError, match="has no host 'x-1'"):
         Fleet("x").testinfra("x-1")
+
+
+def test_command_timeout_is_a_fleet_error_and_kills_what_the_command_started(tmp_path):
+    pid_file = tmp_path / "pid"
+    started = time.monotonic()
+    with pytest.raises(CommandTimeout, match="did not finish in 1 s"):
+        run(["sh", "-c", f"sleep 60 & echo $! > {pid_file}; wait"], timeout=1)
+    assert time.monotonic() - started < 10
+    grandchild = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{grandchild}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # killed; init reaps it
+    assert not Path(f"/proc/{grandchild}").exists() or " Z " in Path(f"/proc/{grandchild}/stat").read_text()
+
+
+def test_nvcc_that_never_answers_is_a_fleet_error(tmp_path, monkeypatch):
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.parent.mkdir()
+    nvcc.write_text("#!/bin/sh\nexec sleep 60\n")
+    nvcc.chmod(0o755)
+    monkeypatch.delenv("SGLANG_FLEET_CUDA", raising=False)
+    monkeypatch.setenv("PATH", f"{nvcc.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(hostlib, "NVCC_TIMEOUT", 1)
+    with pytest.raises(FleetError, match="set SGLANG_FLEET_CUDA"):
+        hostlib.cuda_toolkit()

@@ -45,6 +45,8 @@ def test_hosts_reach_each_other_and_nothing_outside(fleet):
     assert remote.check_output("ip -4 route show default") == ""
     # no route: the kernel refuses at once, no packet leaves the host
     assert "unreachable" in remote.run("ip route get 192.0.2.1").stderr.lower()
+    # and the controller would not forward for them even if they had a route
+    assert Path(f"/proc/sys/net/ipv4/conf/{fleet.state['bridge']}/forwarding").read_text().strip() == "0"
 
 
 def test_hosts_install_wheels_from_the_controllers_wheelhouse(fleet):
