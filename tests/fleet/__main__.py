@@ -44,6 +44,8 @@ def main(argv=None) -> int:
     up.add_argument("--with-deps", action="store_true", help="also download the wheels' dependencies")
     up.add_argument("--no-cuda", action="store_true", help="do not bind-mount the machine's CUDA toolkit")
     up.add_argument("--replace", action="store_true", help="tear down a fleet of that name first")
+    up.add_argument("--owner-pid", type=int, metavar="PID",
+                    help="a process (a test session) whose end makes the fleet garbage for `gc`")
     up.add_argument("--json", action="store_true", help="print the fleet as JSON")
     down = sub.add_parser("down", help="stop hosts and remove everything recorded in the fleet's state")
     target = down.add_mutually_exclusive_group()
@@ -64,7 +66,7 @@ def main(argv=None) -> int:
                            if w.split("#")[0].strip()]
             fleet = Fleet(args.name).up(args.host_names or args.hosts, wheel_dir=args.wheelhouse,
                                         wheels=wheels, wheel_deps=args.with_deps, cuda=not args.no_cuda,
-                                        replace=args.replace)
+                                        owner_pid=args.owner_pid, replace=args.replace)
             info = _status(args.name)
             if args.json:
                 print(json.dumps(info))
@@ -87,7 +89,7 @@ def main(argv=None) -> int:
         elif args.cmd == "base":
             print(ensure_base(rebuild=args.rebuild))
     except FleetError as exc:
-        print(f"fleet: error: {exc}", file=sys.stderr)
+        print("\n".join([f"fleet: error: {exc}", *getattr(exc, "__notes__", [])]), file=sys.stderr)
         return 1
     return 0
 

@@ -14,8 +14,8 @@ import testinfra
 import yaml
 from cache import pip_download, wheelhouse  # tests/cache.py (tests/ is on sys.path)
 
+from . import claims, net
 from . import host as hostlib
-from . import net
 from .base import ensure_base
 from .state import State, all_names, check_hostnames, check_name, locked, state_dir
 from .system import (
@@ -28,9 +28,7 @@ from .system import (
     run,
     start_time,
 )
-from .teardown import teardown
-
-WHEELHOUSE_PORT = 8000
+from .teardown import NSPAWN_PROPAGATE, teardown
 
 
 class Fleet:
@@ -59,7 +57,7 @@ class Fleet:
 
     @property
     def control_path(self) -> str:
-        return str(self.dir / "cp-%C")
+        return str(claims.control_dir(self.name) / "%C")
 
     def ssh_args(self) -> List[str]:
         return [*hostlib.SSH_OPTIONS, "-o", f"ControlPath={self.control_path}"]
@@ -114,24 +112,33 @@ class Fleet:
                                  f"`python tests/fleet down --name {self.name}` first")
             if existing:
                 teardown(existing)
-            with locked("subnets"):
+            with claims.machine_lock():
                 self.state = self._plan(names, base, wheel_dir, cuda_home, owner_pid)
             try:
                 self._create(base)
-            except BaseException:
-                teardown(self.state)
+            except BaseException as exc:
+                try:
+                    teardown(self.state)
+                except FleetError as cleanup:
+                    exc.add_note(f"cleaning up after that failed too: {cleanup}")
                 self.state = None
                 raise
         return self
 
     def _plan(self, names, base, wheel_dir, cuda_home, owner_pid) -> State:
-        """Record every resource name before anything exists."""
-        taken = [s["subnet"] for s in map(State.load, all_names()) if s and s.name != self.name]
-        subnet = net.pick_subnet(self.name, taken)
+        """Record every resource name before anything exists, and claim them (under machine_lock()).
+
+        Refuses when any of the names exists already: another fleet of this name runs on the
+        machine (from another cache root or checkout), or one was not torn down. Its teardown
+        would otherwise remove ours, and ours its.
+        """
+        subnet = net.pick_subnet(self.name, [c["subnet"] for c in claims.all_claims() if c.get("subnet")])
         addresses = list(subnet.hosts())
         cgroup_roots = [p / f"sglang-fleet-{self.name}" for p in cgroup_parents()]
         owner = {"pid": owner_pid, "start": start_time(owner_pid)} if owner_pid else None
+        # the netns name is unique on the machine (it holds both names): nspawn's machine name too
         hosts = [{"name": n, "ip": str(addresses[i + 1]), "netns": net.netns_name(self.name, n),
+                  "machine": net.netns_name(self.name, n),
                   "veth": net.veth_name(self.name, i + 1), "dir": str(self.dir / "hosts" / n),
                   "cgroups": [str(r / n) for r in cgroup_roots], "pid": None, "start": None}
                  for i, n in enumerate(names)]
@@ -140,12 +147,23 @@ class Fleet:
             "subnet": str(subnet), "controller_ip": str(addresses[0]), "bridge": net.bridge_name(self.name),
             "cgroups": [str(r) for r in cgroup_roots], "base": str(base),
             "cuda_home": str(cuda_home) if cuda_home else None, "hosts": hosts,
-            "wheelhouse": {"dir": str(wheel_dir), "port": WHEELHOUSE_PORT, "pid": None, "start": None,
+            "wheelhouse": {"dir": str(wheel_dir), "port": None, "pid": None, "start": None,
                            # "_" cannot start a host name: no host's cgroup has this name
                            "cgroups": [str(r / "_wheelhouse") for r in cgroup_roots]},
         })
+        busy = _existing(state.data)
+        if busy:
+            holder = claims.read(self.name)
+            raise FleetError(
+                f"fleet {self.name}: {', '.join(busy[:3])}{f' and {len(busy) - 3} more' if busy[3:] else ''} "
+                f"already exist on this machine"
+                + (f" (claimed by the fleet whose state is {holder.get('owner')})" if holder else "")
+                + f"; another fleet named {self.name} runs from another cache root or checkout, or one was "
+                f"not torn down: pick another name, or run `python tests/fleet down --name {self.name}` "
+                f"with that fleet's SGLANG_FLEET_CACHE")
         shutil.rmtree(state.dir, ignore_errors=True)  # a previous fleet's files (its resources are gone)
         state.save()
+        claims.claim(self.name, state.owner, str(subnet), str(base))
         return state
 
     def _record(self, entry: Dict):
@@ -159,7 +177,7 @@ class Fleet:
         run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"fleet-{self.name}", "-f", str(self.key)])
         public_key = Path(str(self.key) + ".pub").read_text()
         for group in st["cgroups"]:
-            Path(group).mkdir(exist_ok=True)
+            Path(group).mkdir()  # no exist_ok: a cgroup of this name is another fleet's
         prefix = ipaddress.ip_network(st["subnet"]).prefixlen
         net.create_bridge(st["bridge"], f"{st['controller_ip']}/{prefix}")
         self._start_wheelhouse()
@@ -176,9 +194,9 @@ class Fleet:
             net.create_netns(h["netns"])
             net.connect_host(h["netns"], h["veth"], st["bridge"], f"{h['ip']}/{prefix}")
             for group in h["cgroups"]:
-                Path(group).mkdir(exist_ok=True)
+                Path(group).mkdir()
             overlay = f"{base}:{host_dir / 'upper'}:{host_dir / 'work'}:{host_dir / 'root'}"
-            hostlib.start(hostlib.nspawn_command(host_dir, h["name"], h["netns"], binds),
+            hostlib.start(hostlib.nspawn_command(host_dir, h["name"], h["machine"], h["netns"], binds),
                           [Path(c) for c in h["cgroups"]], host_dir / "console.log", self._record(h),
                           overlay=overlay, keep_netns=h["netns"])
         for h in st["hosts"]:
@@ -190,7 +208,12 @@ class Fleet:
     def _start_wheelhouse(self) -> None:
         wh, address = self.state["wheelhouse"], self.state["controller_ip"]
         for group in wh["cgroups"]:
-            Path(group).mkdir(exist_ok=True)
+            Path(group).mkdir()
+        # a free port on the bridge address (something on the machine may listen on 0.0.0.0:8000)
+        with socket.socket() as probe:
+            probe.bind((address, 0))
+            wh["port"] = probe.getsockname()[1]
+        self.state.save()
         hostlib.start([sys.executable, "-m", "http.server", "--bind", address,
                        "--directory", wh["dir"], str(wh["port"])],
                       [Path(c) for c in wh["cgroups"]], self.dir / "wheelhouse.log", self._record(wh))
@@ -240,6 +263,18 @@ class Fleet:
                 teardown(state)
             self.state = None
             return state is not None
+
+
+def _existing(data: Dict) -> List[str]:
+    """The resources a fleet's state names that exist already (a new fleet must find none)."""
+    hosts = data["hosts"]
+    found = [f"claim {claims.claim_dir(data['name'])}"] if claims.claim_dir(data["name"]).exists() else []
+    found += [f"link {n}" for n in [data["bridge"]] + [h["veth"] for h in hosts] if net.link_exists(n)]
+    found += [f"netns {h['netns']}" for h in hosts if net.netns_exists(h["netns"])]
+    found += [f"cgroup {c}" for c in data["cgroups"] if Path(c).exists()]
+    found += [f"nspawn runtime directory {NSPAWN_PROPAGATE / h['machine']}" for h in hosts
+              if (NSPAWN_PROPAGATE / h["machine"]).exists()]
+    return found
 
 
 def gc() -> List[str]:

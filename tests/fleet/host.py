@@ -87,8 +87,10 @@ def prepare(base: Path, host_dir: Path, hostname: str, hosts_file: str, public_k
     (dot_ssh / "authorized_keys").chmod(0o600)
 
 
-def nspawn_command(host_dir: Path, hostname: str, netns: str, binds: List[str]) -> List[str]:
-    return ["systemd-nspawn", "--quiet", "-D", str(host_dir / "root"), "-M", hostname, "--boot",
+def nspawn_command(host_dir: Path, hostname: str, machine: str, netns: str, binds: List[str]) -> List[str]:
+    """``machine`` must be unique on the machine: nspawn keeps /run/systemd/nspawn/propagate/<machine>."""
+    return ["systemd-nspawn", "--quiet", "-D", str(host_dir / "root"), "-M", machine,
+            f"--hostname={hostname}", "--boot",
             # no systemd on the controller: nothing to register with, stay in the launcher's cgroup
             "--register=no", "--keep-unit",
             f"--network-namespace-path=/run/netns/{netns}",
@@ -102,9 +104,12 @@ def start(command: List[str], cgroups: List[Path], log: Path, record_pid, *, ove
     launcher = [sys.executable, str(LAUNCHER), *(f"--cgroup={c}" for c in cgroups)]
     if overlay:
         launcher += [f"--overlay={overlay}", f"--keep-netns={keep_netns}"]
+    # No image locks: each host has its own root (the fleet's claim guards the names), and nspawn
+    # leaves its lock files in /run/systemd/nspawn/locks behind whenever it is killed.
+    env = {**os.environ, "SYSTEMD_NSPAWN_LOCK": "0"}
     with open(log, "ab") as out:
         proc = subprocess.Popen([*launcher, "--", *command], stdin=subprocess.PIPE, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True, env=env)
     record_pid(proc.pid)
     proc.stdin.write(b"go\n")
     proc.stdin.close()

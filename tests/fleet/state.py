@@ -65,6 +65,11 @@ class State:
     def path(self) -> Path:
         return self.dir / "state.json"
 
+    @property
+    def owner(self) -> str:
+        """How the fleet's claim on its name (claims.py) names this state: one string per cache root."""
+        return str(self.path.resolve())
+
     @classmethod
     def load(cls, name: str) -> Optional[State]:
         path = state_dir(name) / "state.json"

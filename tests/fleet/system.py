@@ -148,13 +148,21 @@ def cgroup_pids(root: Path) -> List[int]:
 
 
 def kill_cgroups(roots: Iterable[Path], timeout: float = 10) -> List[int]:
-    """SIGKILL every process in the cgroup subtrees until they are empty; return PIDs still left."""
+    """SIGKILL every process in the cgroup subtrees until they are empty; return PIDs still left.
+
+    On cgroup2 (Linux >= 5.14) ``cgroup.kill`` kills a whole subtree at once, so a process forking
+    in a loop cannot outrun the kill; the v1 hierarchies only allow signalling PID by PID.
+    """
     roots = list(roots)
     deadline = time.monotonic() + timeout
     while True:
         pids = sorted({pid for root in roots for pid in cgroup_pids(root)})
         if not pids or time.monotonic() > deadline:
             return pids
+        for root in roots:
+            if (root / "cgroup.kill").exists():
+                with contextlib.suppress(OSError):
+                    (root / "cgroup.kill").write_text("1")
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -171,11 +179,42 @@ def wait_cgroups_empty(roots: Iterable[Path], timeout: float) -> bool:
     return True
 
 
-def remove_cgroups(roots: Iterable[Path]) -> None:
+def remove_cgroups(roots: Iterable[Path]) -> List[str]:
+    """Remove the cgroup subtrees, deepest first; return what could not be removed and why."""
+    errors = []
     for root in roots:
         for group in cgroup_tree(root):
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 group.rmdir()
+            except FileNotFoundError:
+                continue
+            except OSError as exc:  # EBUSY: a process is left in it
+                errors.append(f"rmdir {group}: {exc.strerror}")
+    return errors
+
+
+# --- mounts --------------------------------------------------------------------------------------
+
+def mounts_mentioning(needles: Iterable[str]) -> List[str]:
+    """Mounts, in the mount namespace of any process, whose mountinfo line contains one of ``needles``
+    (as mount point, bind source or overlay layer). Mounts in private namespaces, such as a host's
+    overlay root, do not show in this process's own table."""
+    needles = tuple(needles)
+    seen, found = set(), []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            namespace = os.readlink(proc / "ns" / "mnt")
+            if namespace in seen:
+                continue
+            table = (proc / "mountinfo").read_text()
+        except OSError:  # gone, or a kernel thread
+            continue
+        seen.add(namespace)
+        found += [f"{line.split()[4]} (mount namespace of PID {proc.name})" for line in table.splitlines()
+                  if any(n in line for n in needles)]
+    return found
 
 
 def memory_bytes(pids: Iterable[int]) -> Dict[str, int]:

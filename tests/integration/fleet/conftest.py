@@ -7,6 +7,7 @@ against it through ansible-runner, with per-host task results and stats.
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 from pathlib import Path
@@ -17,6 +18,7 @@ from ansible_run import PlayResult, run_playbook
 from fleet import Fleet, gc
 from fleet.base import ensure_base
 from fleet.system import FLEET_TOOLS
+from fleet_present import present
 from prereq import require
 
 
@@ -30,17 +32,22 @@ def require_fleet_tools() -> None:
 def fleet_base() -> Path:
     """The cached base rootfs (built by debootstrap on first use, about a minute)."""
     require_fleet_tools()
+    gc()  # fleets of sessions that were killed (the session fleet, molecule's, a test's own)
     return ensure_base()
 
 
 @pytest.fixture(scope="session")
 def fleet(fleet_base) -> Iterator[Fleet]:
-    gc()  # fleets of sessions that were killed
     session_fleet = Fleet(f"t{os.getpid() % 10**8}")
+    recorded = None
     try:
-        yield session_fleet.up(3, owner_pid=os.getpid())
+        session_fleet.up(3, owner_pid=os.getpid())
+        recorded = copy.deepcopy(session_fleet.state.data)
+        yield session_fleet
     finally:
         session_fleet.down()
+    # checked on the machine, not by the harness's own account
+    assert present(recorded) == [], "the session fleet's down left these behind"
 
 
 @pytest.fixture(scope="session")

@@ -1,11 +1,13 @@
-"""Teardown leaves nothing behind: after a clean `down`, and after the harness was killed mid-`up`.
+"""Teardown leaves nothing behind: after a clean `down`, after a failed boot, after the harness was
+killed mid-`up`, and when one teardown step fails.
 
-The checks read the machine directly (ip, /proc, /sys/fs/cgroup), not the harness's own leftovers().
+The checks read the machine directly (fleet_present.py), not the harness's own leftovers().
 """
 
 from __future__ import annotations
 
 import copy
+import errno
 import json
 import os
 import signal
@@ -15,39 +17,16 @@ import time
 from pathlib import Path
 
 import pytest
-from fleet import Fleet, FleetError
+from fleet import Fleet, FleetError, core
 from fleet import host as hostlib
+from fleet import teardown as teardown_mod
 from fleet.state import fleets_root
+from fleet.system import CommandTimeout
+from fleet_present import NSPAWN_PROPAGATE, present
 
 pytestmark = pytest.mark.integration
 
 HARNESS = Path(__file__).resolve().parents[2] / "fleet"
-
-
-def _started(pid: int):
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2:].split()
-    return None if fields[0] == "Z" else int(fields[19])
-
-
-def _present(data: dict) -> list:
-    """Resources of a recorded fleet that exist on the machine right now."""
-    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout.split()
-    links = {line.split(":")[1].strip().split("@")[0] for line in subprocess.run(
-        ["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout.splitlines()}
-    mounts = {line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()}
-    hosts, wheelhouse = data["hosts"], data["wheelhouse"]
-    found = [f"netns {h['netns']}" for h in hosts if h["netns"] in netns]
-    found += [f"link {n}" for n in [data["bridge"]] + [h["veth"] for h in hosts] if n in links]
-    found += [f"mount {m}" for m in mounts
-              if any(m == f"/run/netns/{h['netns']}" or m.startswith(h["dir"]) for h in hosts)]
-    found += [f"cgroup {c}" for c in data["cgroups"] if Path(c).exists()]
-    found += [f"process {e['pid']}" for e in [*hosts, wheelhouse]
-              if e["pid"] and _started(e["pid"]) == e["start"]]
-    return found
 
 
 def test_down_removes_everything_and_is_idempotent(fleet_base):
@@ -55,16 +34,28 @@ def test_down_removes_everything_and_is_idempotent(fleet_base):
     try:
         fleet.up(2, owner_pid=os.getpid(), cuda=False)
         recorded, state_dir = copy.deepcopy(fleet.state.data), fleet.dir
-        present = _present(recorded)
-        assert len([p for p in present if p.startswith("process")]) == 3  # 2 hosts + wheelhouse
-        assert f"link {recorded['bridge']}" in present
-        # each host's overlay root lives only in its own mount namespace, not in the machine's table
+        first, second = recorded["hosts"]
+        assert fleet.ssh(first["name"], "hostname").stdout.strip() == first["name"]  # leaves a master
+        found = present(recorded)
+        assert len([p for p in found if p.startswith("process")]) == 3  # 2 hosts + wheelhouse
+        assert f"link {recorded['bridge']}" in found
+        assert any(p.startswith(f"connection to {first['ip']}") for p in found)
         for h in recorded["hosts"]:
+            # each host's overlay root lives only in its own mount namespace, not in the machine's table
             root = f"{h['dir']}/root"
             assert root in Path(f"/proc/{h['pid']}/mounts").read_text()
             assert root not in Path("/proc/mounts").read_text()
+            assert any(p.startswith(f"mount {root}") for p in found)
+            # nspawn's runtime directory is named by the host's unique machine name; no image lock files
+            assert f"nspawn directory {NSPAWN_PROPAGATE / h['machine']}" in found
+            fds = [os.readlink(fd) for fd in Path(f"/proc/{h['pid']}/fd").iterdir()]
+            assert not [fd for fd in fds if fd.startswith("/run/systemd/nspawn/locks")]
+        # a crashed nspawn cannot clean up after itself: its /run directory stays for `down` to remove
+        os.kill(second["pid"], signal.SIGKILL)
+        time.sleep(0.5)
+        assert f"nspawn directory {NSPAWN_PROPAGATE / second['machine']}" in present(recorded)
         assert fleet.down() is True
-        assert _present(recorded) == []
+        assert present(recorded) == []
         assert not state_dir.exists()
         assert Fleet(fleet.name).down() is False
     finally:
@@ -77,22 +68,32 @@ def test_failed_boot_removes_what_it_made(fleet_base, monkeypatch):
     nspawn_command = hostlib.nspawn_command
     monkeypatch.setattr(hostlib, "nspawn_command",
                         lambda *args: [*nspawn_command(*args), "--no-such-nspawn-option"])
+    torn_down = []
+    teardown = core.teardown
+
+    def spy(state):
+        torn_down.append(copy.deepcopy(state.data))
+        teardown(state)
+
+    monkeypatch.setattr(core, "teardown", spy)
     with pytest.raises(FleetError, match="exited while booting") as failure:
         broken.up(2, owner_pid=os.getpid(), cuda=False)
     assert "no-such-nspawn-option" in str(failure.value)  # the console tail names the cause
     assert broken.state is None
     assert not broken.dir.exists()
-    assert not any(broken.name in line for line in subprocess.run(
-        ["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout.splitlines())
-    assert broken.name not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
-                                             check=True).stdout
+    [recorded] = torn_down
+    # processes were started (hosts and the wheelhouse server) before the failure: all are gone
+    assert all(e["pid"] for e in [*recorded["hosts"], recorded["wheelhouse"]])
+    assert present(recorded) == []
 
 
 def test_killed_harness_leaves_nothing_after_the_next_down(fleet_base):
     name = f"k{os.getpid() % 10**8}"
     state_file = fleets_root() / name / "state.json"
+    # owned by this session: if this test is killed too, the next session's gc() removes the fleet
     harness = subprocess.Popen([sys.executable, str(HARNESS), "up", "--name", name, "--hosts", "3",
-                                "--no-cuda"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                                "--no-cuda", "--owner-pid", str(os.getpid())],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         recorded = None
         deadline = time.monotonic() + 300
@@ -107,14 +108,56 @@ def test_killed_harness_leaves_nothing_after_the_next_down(fleet_base):
         harness.wait()
         recorded = json.loads(state_file.read_text())
         assert recorded["phase"] == "starting"
-        present = _present(recorded)
-        assert f"link {recorded['bridge']}" in present
-        assert any(p.startswith("netns") for p in present)
-        assert any(p.startswith("process") for p in present)
+        assert recorded["owner"]["pid"] == os.getpid()
+        found = present(recorded)
+        assert f"link {recorded['bridge']}" in found
+        assert any(p.startswith("netns") for p in found)
+        assert any(p.startswith("process") for p in found)
     finally:
         harness.kill()
         down = subprocess.run([sys.executable, str(HARNESS), "down", "--name", name], capture_output=True,
                               text=True, check=False)
     assert down.returncode == 0, down.stdout + down.stderr
-    assert _present(recorded) == []
+    assert present(recorded) == []
     assert not state_file.parent.exists()
+
+
+def test_a_failing_teardown_step_does_not_stop_the_others(fleet_base, monkeypatch):
+    """A cgroup the kernel will not remove (EBUSY) and an ssh master that does not answer: every other
+    step still runs, `down` names what is left and keeps the state, and the next `down` finishes."""
+    # a host may be called "wheelhouse": the wheelhouse server's cgroup cannot take its name
+    fleet = Fleet(f"e{os.getpid() % 10**8}")
+    try:
+        fleet.up(["wheelhouse"], owner_pid=os.getpid(), cuda=False)
+        recorded = copy.deepcopy(fleet.state.data)
+        busy_group = recorded["hosts"][0]["cgroups"][0]
+        rmdir = os.rmdir
+
+        def refusing_rmdir(path, *args, **kwargs):
+            if str(path) == busy_group:
+                raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), str(path))
+            return rmdir(path, *args, **kwargs)
+
+        def unanswered_ssh(cmd, **kwargs):
+            raise CommandTimeout(f"{' '.join(cmd)} did not finish in 10 s (killed)")
+
+        assert fleet.ssh("wheelhouse", "true").returncode == 0  # a master to close
+        monkeypatch.setattr(os, "rmdir", refusing_rmdir)
+        monkeypatch.setattr(teardown_mod, "run", unanswered_ssh)
+        with pytest.raises(FleetError, match="could not remove") as failure:
+            fleet.down()
+        message = str(failure.value)
+        assert f"rmdir {busy_group}: Device or resource busy" in message
+        assert "ssh master" in message
+        assert "did not finish" in message
+        left = present(recorded)
+        # processes, links, namespaces, mounts and nspawn's directory went regardless
+        assert not [p for p in left if p.split()[0] in ("process", "link", "netns", "mount", "nspawn")]
+        assert f"cgroup {Path(busy_group).parent}" in left
+        assert Fleet(fleet.name).state.data["phase"] == "teardown-failed"
+        monkeypatch.undo()
+        assert fleet.down() is True
+        assert present(recorded) == []
+    finally:
+        monkeypatch.undo()
+        fleet.down()
