@@ -1,35 +1,72 @@
-"""The molecule scenario (tests/molecule/fleet) passes its full sequence on fleet hosts."""
+"""The molecule scenario (tests/molecule/fleet) passes its full sequence on fleet hosts, and leaves nothing:
+no host, no ssh connection master, no claim."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
-from fleet import Fleet
+from fleet import Fleet, claims
+from fleet.state import state_dir
+from fleet_present import present
 
 pytestmark = pytest.mark.integration
 
 TESTS = Path(__file__).resolve().parents[2]
 SEQUENCE = ("create", "check", "converge", "idempotence", "side_effect", "verify", "destroy")
+TIMEOUT = 900
 
 
 def test_molecule_fleet_scenario(fleet_base):
+    # A fleet name of this session's own: concurrent runs on one machine must not share hosts. It is
+    # owned by this process, so a later session's gc() removes it if this one is killed.
+    name = f"m{os.getpid() % 10**8}"
     venv_bin = str(Path(sys.executable).parent)
-    # no ANSIBLE_CONFIG: molecule sets its own (the scenario's generated ansible.cfg) for every play
     env = {**os.environ, "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
-           "NO_COLOR": "1", "ANSIBLE_NOCOLOR": "1", "MOLECULE_GLOB": "molecule/*/molecule.yml"}
-    proc = subprocess.run([str(Path(venv_bin) / "molecule"), "test", "-s", "fleet"], cwd=TESTS, env=env,
-                          capture_output=True, text=True, timeout=900, check=False)
-    out = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)
-    assert proc.returncode == 0, out[-6000:]
-    for action in SEQUENCE:
-        done = re.search(rf"^fleet > {action}: Executed: Successful$", out, re.MULTILINE)
-        assert done, f"molecule action {action} did not succeed"
-    verified = re.search(r"=+ (\d+) passed", out)
-    assert verified, "the testinfra verify step ran no test"
-    assert int(verified.group(1)) == 10  # 3 checks x 3 hosts + the cross-host rolling-order check
-    assert Fleet("molecule").state is None
+           "NO_COLOR": "1", "ANSIBLE_NOCOLOR": "1", "MOLECULE_GLOB": "molecule/*/molecule.yml",
+           "SGLANG_FLEET_MOLECULE_NAME": name, "SGLANG_FLEET_OWNER_PID": str(os.getpid())}
+    state_file, recorded, output, masters = state_dir(name) / "state.json", None, [], set()
+    try:
+        proc = subprocess.Popen([str(Path(venv_bin) / "molecule"), "test", "-s", "fleet"], cwd=TESTS, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        reader = threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + TIMEOUT
+        while proc.poll() is None:  # keep the fleet's record: its hosts are checked after destroy
+            if time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"molecule test ran past {TIMEOUT} s")
+            try:
+                data = json.loads(state_file.read_text())
+                recorded = data if data["phase"] == "ready" else recorded
+                masters |= {p.name for p in claims.control_dir(name).iterdir() if p.is_socket()}
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.2)
+        reader.join()
+        out = re.sub(r"\x1b\[[0-9;]*m", "", "".join(output))
+        assert proc.returncode == 0, out[-6000:]
+        for action in SEQUENCE:
+            done = re.search(rf"^fleet > {action}: Executed: Successful$", out, re.MULTILINE)
+            assert done, f"molecule action {action} did not succeed"
+        verified = re.search(r"=+ (\d+) passed", out)
+        assert verified, "the testinfra verify step ran no test"
+        assert int(verified.group(1)) == 10  # 3 checks x 3 hosts + the cross-host rolling-order check
+        assert Fleet(name).state is None
+        assert recorded, f"no ready fleet {name} seen while molecule ran"
+        assert recorded["owner"]["pid"] == os.getpid()
+        assert [h["name"] for h in recorded["hosts"]] == ["mol-1", "mol-2", "mol-3"]
+        # the plays' ssh connection masters lived in the fleet's directory, where its `down` closes
+        # them; after destroy no connection to a host is left, and the name is released
+        assert {f"{h['ip']}-22-root" for h in recorded["hosts"]} <= masters, masters
+        assert present(recorded) == []
+    finally:
+        Fleet(name).down()
+
