@@ -5,6 +5,7 @@ The playbook and role are the molecule scenario's (tests/molecule/fleet), so bot
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -37,21 +38,33 @@ def test_first_run_installs_enables_and_starts_the_unit_on_every_host(fleet, fir
     assert not first_run.stats.get("failures")
 
 
+def _show(remote) -> dict:
+    out = remote.check_output(f"systemctl show --property=MainPID,InvocationID,ActiveState,NRestarts {UNIT}")
+    return dict(line.split("=", 1) for line in out.splitlines())
+
+
 def test_unit_runs_and_restarts(fleet, first_run):
     for h in fleet.hosts:
         remote = fleet.testinfra(h["name"])
         service = remote.service(UNIT)
         assert service.is_enabled
         assert service.is_running
-        before = remote.check_output(f"systemctl show --property=MainPID,InvocationID {UNIT}")
+        old = _show(remote)
         remote.check_output(f"systemctl restart {UNIT}")
-        after = remote.check_output(f"systemctl show --property=MainPID,InvocationID {UNIT}")
+        new = _show(remote)
         assert remote.service(UNIT).is_running
-        old, new = dict(line.split("=", 1) for line in before.splitlines()), dict(
-            line.split("=", 1) for line in after.splitlines())
         assert int(new["MainPID"]) > 0
         assert new["MainPID"] != old["MainPID"]
         assert new["InvocationID"] != old["InvocationID"]
+        # a crash: systemd itself brings the service back (Restart=on-failure), with a new process
+        remote.check_output(f"systemctl kill --signal=KILL {UNIT}")
+        deadline = time.monotonic() + 30
+        now = _show(remote)
+        while not (now["ActiveState"] == "active" and now["MainPID"] not in ("0", new["MainPID"])):
+            assert time.monotonic() < deadline, f"{UNIT} on {h['name']} not back after SIGKILL: {now}"
+            time.sleep(0.2)
+            now = _show(remote)
+        assert int(now["NRestarts"]) == int(new["NRestarts"]) + 1
 
 
 def test_second_run_reports_no_change(fleet, second_run):
