@@ -21,6 +21,7 @@ pytestmark = pytest.mark.integration
 
 TESTS = Path(__file__).resolve().parents[2]
 SEQUENCE = ("create", "check", "converge", "idempotence", "side_effect", "verify", "destroy")
+RECAP = re.compile(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)", re.MULTILINE)
 TIMEOUT = 900
 
 
@@ -56,6 +57,13 @@ def test_molecule_fleet_scenario(fleet_base):
         for action in SEQUENCE:
             done = re.search(rf"^fleet > {action}: Executed: Successful$", out, re.MULTILINE)
             assert done, f"molecule action {action} did not succeed"
+        assert len(re.findall(r"^fleet > check: Executed: Successful$", out, re.MULTILINE)) == 2
+        first_check, second_check = [text for action, text in re.findall(
+            r"^INFO\s+\[fleet > (\w+)\] Executing$(.*?)^INFO\s+\[fleet > \1\] Executed", out,
+            re.MULTILINE | re.DOTALL) if action == "check"]
+        assert _recap(first_check) == {"mol-1": (3, 0), "mol-2": (3, 0), "mol-3": (3, 0)}  # would install
+        # check mode on converged hosts: nothing to change, nothing failing
+        assert _recap(second_check) == {"mol-1": (0, 0), "mol-2": (0, 0), "mol-3": (0, 0)}
         verified = re.search(r"=+ (\d+) passed", out)
         assert verified, "the testinfra verify step ran no test"
         assert int(verified.group(1)) == 10  # 3 checks x 3 hosts + the cross-host rolling-order check
@@ -70,3 +78,8 @@ def test_molecule_fleet_scenario(fleet_base):
     finally:
         Fleet(name).down()
 
+
+
+def _recap(play_output: str) -> dict:
+    """{host: (changed, failed)} from a play's PLAY RECAP."""
+    return {host: (int(changed), int(failed)) for host, changed, failed in RECAP.findall(play_output)}
