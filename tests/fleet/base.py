@@ -13,16 +13,20 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from cache import cache_dir  # tests/cache.py: the one cache root (tests/ is on sys.path)
 
-from .system import FleetError, require_tools, run
+from . import claims
+from .system import FleetError, require_tools, run, unmount_under
 
 # Bump when the post-processing below changes: it is part of the cache key.
 RECIPE_VERSION = 1
+LOCK_WAIT = 2400  # seconds to wait for another base build (debootstrap may take up to 1800)
 
 # What roles may rely on in a host. apt cannot reach the internet from a host: bake packages in.
 BASE_PACKAGES = (
@@ -156,14 +160,14 @@ def _postprocess(root: Path) -> None:
         deb.unlink()
 
 
-def _debootstrap(spec: Dict[str, object], target: Path, log: Path) -> None:
+def _debootstrap(spec: Dict[str, object], target: Path, log: Path, keep_fds: Tuple[int, ...]) -> None:
     suite = str(spec["suite"])
     mirror = apt_mirror(suite)
     cmd = ["debootstrap", "--variant=minbase", f"--arch={spec['arch']}",
            "--include=" + ",".join(spec["packages"]), suite, str(target), mirror]
     with open(log, "w") as out:
         out.write(" ".join(cmd) + "\n")
-    proc = run(cmd, check=False, timeout=1800)
+    proc = run(cmd, check=False, timeout=1800, pass_fds=keep_fds)
     with open(log, "a") as out:
         out.write(proc.stdout + proc.stderr)
     if proc.returncode != 0:
@@ -172,36 +176,89 @@ def _debootstrap(spec: Dict[str, object], target: Path, log: Path) -> None:
                          + "\n".join(tail))
 
 
+@contextmanager
+def _locked(lock: Path, shared: bool) -> Iterator[int]:
+    """flock ``lock``; yields the descriptor, which children that must keep the lock inherit."""
+    deadline = time.monotonic() + LOCK_WAIT
+    with open(lock, "a") as handle:
+        while True:
+            try:
+                fcntl.flock(handle, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise FleetError(f"{lock} stayed locked for {LOCK_WAIT} s: a base build runs (maybe a "
+                                     f"debootstrap left by a killed run); see `fuser -v {lock}`") from None
+                time.sleep(0.5)
+        yield handle.fileno()
+
+
+def _fleets_using(tree: Path) -> List[str]:
+    """Fleets on this machine, from any cache root, whose hosts have ``tree`` as their lower layer."""
+    return [c["name"] for c in claims.all_claims()
+            if c.get("base") and Path(c["base"]).resolve() == tree.resolve()]
+
+
+def _discard(path: Path) -> None:
+    """Remove a tree a killed build may have left, with whatever it mounted inside (debootstrap mounts
+    proc and sys in its target): unmounted first, so rmtree never walks into them."""
+    if path.exists():
+        unmount_under(path)
+        shutil.rmtree(path)
+
+
+@contextmanager
+def in_use(tree: Path) -> Iterator[None]:
+    """Hold while a fleet claims ``tree`` as its base: no rebuild can start until the claim shows."""
+    with _locked(tree.with_suffix(".lock"), shared=True):
+        if not (tree.with_suffix(".ready").exists() and tree.is_dir()):
+            raise FleetError(f"the base {tree} went away (rebuilt or removed meanwhile); try again")
+        yield
+
+
 def ensure_base(rebuild: bool = False, cache: Optional[Path] = None) -> Path:
-    """Path of the unpacked base rootfs, building or restoring it first if needed (locked)."""
+    """Path of the unpacked base rootfs, building or restoring it first if needed.
+
+    Refuses to replace a tree that fleets are running on. Each attempt builds in a staging directory
+    of its own, renamed into place when complete; the build's children inherit the lock, so a build
+    orphaned by a killed harness keeps it until it ends, and the next attempt waits for it, then
+    discards what it left.
+    """
     require_tools()
     cache = cache or cache_dir("fleet-base")
     spec = base_spec()
     key = base_key(spec)
     suffix, tar_flags = _tar_compression()
     tarball, tree, ready = cache / f"{key}{suffix}", cache / f"{key}.rootfs", cache / f"{key}.ready"
-    with open(cache / f"{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if rebuild:
-            ready.unlink(missing_ok=True)
-            tarball.unlink(missing_ok=True)
-        if ready.exists() and tree.is_dir():
+    with _locked(tree.with_suffix(".lock"), shared=False) as lock_fd:
+        if ready.exists() and tree.is_dir() and not rebuild:
             return tree
-        staging = cache / f"{key}.staging"
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(tree, ignore_errors=True)
+        users = _fleets_using(tree) if tree.exists() else []
+        if users:
+            raise FleetError(f"the base {tree} is the lower layer of running fleets ({', '.join(users)}); "
+                             f"{'rebuilding' if rebuild else 'restoring'} it would pull it from under their "
+                             f"hosts: `python tests/fleet down --name N` for each first")
+        ready.unlink(missing_ok=True)
+        if rebuild:
+            tarball.unlink(missing_ok=True)
+        for stale in [tree, *cache.glob(f"{key}.staging*"), *cache.glob(f"{key}*.partial")]:
+            if stale.is_dir():
+                _discard(stale)
+            else:
+                stale.unlink(missing_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f"{key}.staging-", dir=cache))
+        staging.chmod(0o755)  # the hosts' "/"
         started = time.monotonic()
         if tarball.exists():
-            staging.mkdir()
             run(["tar", *tar_flags, "--numeric-owner", "--xattrs", "--xattrs-include=*",
-                 "-xpf", str(tarball), "-C", str(staging)], timeout=900)
+                 "-xpf", str(tarball), "-C", str(staging)], timeout=900, pass_fds=(lock_fd,))
             how = f"restored from {tarball.name}"
         else:
-            _debootstrap(spec, staging, cache / f"{key}.log")
+            _debootstrap(spec, staging, cache / f"{key}.log", (lock_fd,))
             _postprocess(staging)
             partial = tarball.with_name(tarball.name + ".partial")
             run(["tar", *tar_flags, "--numeric-owner", "--xattrs", "--xattrs-include=*",
-                 "-cf", str(partial), "-C", str(staging), "."], timeout=900)
+                 "-cf", str(partial), "-C", str(staging), "."], timeout=900, pass_fds=(lock_fd,))
             partial.rename(tarball)
             (cache / f"{key}.json").write_text(json.dumps(spec, indent=1) + "\n")
             how = f"built by debootstrap, cached as {tarball.name}"

@@ -16,7 +16,7 @@ from cache import pip_download, wheelhouse  # tests/cache.py (tests/ is on sys.p
 
 from . import claims, net
 from . import host as hostlib
-from .base import ensure_base
+from .base import ensure_base, in_use
 from .state import State, all_names, check_hostnames, check_name, locked, state_dir
 from .system import (
     FleetError,
@@ -112,7 +112,7 @@ class Fleet:
                                  f"`python tests/fleet down --name {self.name}` first")
             if existing:
                 teardown(existing)
-            with claims.machine_lock():
+            with in_use(base), claims.machine_lock():  # no base rebuild until the claim names it
                 self.state = self._plan(names, base, wheel_dir, cuda_home, owner_pid)
             try:
                 self._create(base)

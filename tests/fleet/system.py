@@ -7,7 +7,9 @@ never on a pattern, so two fleets, or a fleet and anything else on the machine, 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -194,6 +196,24 @@ def remove_cgroups(roots: Iterable[Path]) -> List[str]:
 
 
 # --- mounts --------------------------------------------------------------------------------------
+
+MNT_DETACH = 2
+
+
+def unmount_under(path: Path) -> None:
+    """Detach every mount at or below ``path`` in this mount namespace, deepest first."""
+    prefix = str(path.resolve())
+    targets = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        # mountinfo escapes space, tab, newline and backslash as octal
+        target = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4])
+        if target == prefix or target.startswith(prefix + "/"):
+            targets.append(target)
+    libc = ctypes.CDLL(None, use_errno=True)
+    for target in sorted(targets, key=len, reverse=True):
+        if libc.umount2(target.encode(), MNT_DETACH) != 0:
+            raise FleetError(f"cannot unmount {target}: {os.strerror(ctypes.get_errno())}; unmount it, "
+                             f"then retry")
 
 def mounts_mentioning(needles: Iterable[str]) -> List[str]:
     """Mounts, in the mount namespace of any process, whose mountinfo line contains one of ``needles``
