@@ -63,10 +63,14 @@ def run_playbook(playbook: str | Path | list, inventory: str | Path | None = Non
             options.append("--check")
         if cmdline:
             options.append(cmdline)
+        env = _env(envvars)
         runner = ansible_runner.run(
             private_data_dir=private, playbook=playbook, inventory=inventory, extravars=extravars,
-            limit=limit, envvars=_env(envvars), quiet=True, timeout=timeout,
+            limit=limit, envvars=env, quiet=True, timeout=timeout,
             cmdline=" ".join(options) or None, project_dir=str(REPO_ROOT),
+            # ansible-runner replaces ANSIBLE_CACHE_PLUGIN with a jsonfile cache of its own unless told
+            # the type: a caller's choice must hold
+            fact_cache_type=env.get("ANSIBLE_CACHE_PLUGIN", "jsonfile"),
         )
         results: dict[str, list[dict]] = {}
         for event in runner.events:

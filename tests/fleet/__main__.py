@@ -75,6 +75,8 @@ def main(argv=None) -> int:
                     print(f"{h['name']:<20} {h['ip']}")
                 print(f"inventory: {fleet.inventory}\n"
                       f"try:       ansible -i {fleet.inventory} all -m ansible.builtin.ping\n"
+                      f"play:      ANSIBLE_CACHE_PLUGIN=memory ansible-playbook -i {fleet.inventory} PLAYBOOK"
+                      f"  (host names recur: no facts cached on disk)\n"
                       f"ssh:       ssh -i {fleet.key} -o StrictHostKeyChecking=no "
                       f"-o UserKnownHostsFile=/dev/null root@{info['hosts'][0]['ip']}\n"
                       f"remove:    python tests/fleet down --name {args.name}")

@@ -248,8 +248,11 @@ class Fleet:
     def _write_inventory(self) -> None:
         hosts = {h["name"]: {"ansible_host": h["ip"]} for h in self.hosts}
         inventory = {"all": {"children": {"fleet": {"hosts": hosts, "vars": self.inventory_vars()}}}}
-        self.inventory.write_text(f"# fleet {self.name}: written by tests/fleet, removed by its `down`\n"
-                                  + yaml.safe_dump(inventory, sort_keys=False))
+        self.inventory.write_text(
+            f"# fleet {self.name}: written by tests/fleet, removed by its `down`.\n"
+            "# Host names recur from fleet to fleet, and ansible.cfg caches facts on disk (jsonfile, 2 h):\n"
+            "# run plays with ANSIBLE_CACHE_PLUGIN=memory so that none sees an earlier host's facts.\n"
+            + yaml.safe_dump(inventory, sort_keys=False))
 
     # --- teardown -----------------------------------------------------------------------------
     def down(self) -> bool:

@@ -52,6 +52,9 @@ def fleet(fleet_base) -> Iterator[Fleet]:
 
 @pytest.fixture(scope="session")
 def fleet_play(fleet):
-    def play(playbook, **kwargs) -> PlayResult:
-        return run_playbook(playbook, fleet.inventory, **kwargs)
+    def play(playbook, *, envvars=None, **kwargs) -> PlayResult:
+        # ansible.cfg caches facts on disk for 2 h, keyed by host name, and fleet host names recur
+        # (t<pid>-1 ...): a play must never see an earlier fleet's facts
+        return run_playbook(playbook, fleet.inventory, envvars={"ANSIBLE_CACHE_PLUGIN": "memory",
+                                                               **(envvars or {})}, **kwargs)
     return play

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,3 +73,27 @@ def test_cuda_toolkit_is_bound_read_only(fleet):
     assert compiled.rc == 0, compiled.stderr
     assert remote.file("/tmp/k.o").size > 0
     assert remote.run("touch /usr/local/cuda/bin/written-by-a-host").rc != 0
+
+
+def test_plays_see_this_fleets_facts_not_a_cached_earlier_ones(fleet, fleet_play, repo_root):
+    """ansible.cfg caches facts on disk (jsonfile, gathering = smart, 2 h), keyed by host name, and
+    fleet host names recur: a play must not be handed an earlier host's facts. fleet_play uses the
+    memory cache."""
+    host = fleet.hosts[0]["name"]
+    cached = repo_root / ".cache" / "facts"
+    remember = ("- hosts: all\n  tasks:\n    - ansible.builtin.set_fact:\n"
+                "        fleet_fact_generation: earlier\n        cacheable: true\n")
+    try:
+        # a person's play with the repository's ansible.cfg leaves the host's facts on disk
+        env = {**os.environ, "ANSIBLE_CONFIG": str(repo_root / "ansible.cfg")}
+        subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(fleet.inventory),
+                        "-l", host, "/dev/stdin"], input=remember, text=True, cwd=repo_root, check=True,
+                       capture_output=True, env=env)
+        assert [p for p in cached.glob(f"*{host}") if "earlier" in p.read_text()]
+        result = fleet_play([{"hosts": host, "tasks": [{"name": "report the fact", "ansible.builtin.debug": {
+            "msg": "{{ fleet_fact_generation | default('none') }}"}}]}])
+    finally:
+        for path in cached.glob(f"*{host}"):
+            path.unlink()
+    assert result.rc == 0, result.stdout
+    assert result.task(host, "report the fact")["msg"] == "none"
