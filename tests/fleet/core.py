@@ -281,12 +281,18 @@ def _existing(data: Dict) -> List[str]:
 
 
 def gc() -> List[str]:
-    """Tear down fleets whose owner process (e.g. a killed pytest session) is gone."""
-    removed = []
+    """Tear down fleets whose owner process (e.g. a killed pytest session) is gone; every one is tried,
+    then a FleetError names those that could not be removed."""
+    removed, failed = [], []
     for name in all_names():
         state = State.load(name)
         owner = state.data.get("owner") if state else None
         if owner and not is_alive(owner["pid"], owner["start"]):
-            Fleet(name).down()
-            removed.append(name)
+            try:
+                Fleet(name).down()
+                removed.append(name)
+            except FleetError as exc:
+                failed.append(str(exc))
+    if failed:
+        raise FleetError("; ".join(failed))
     return removed
