@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -112,8 +114,19 @@ def test_subnet_avoids_peers_reached_through_the_gateway(monkeypatch):
     assert net.pick_subnet("alpha", []) != first
 
 
-def test_peers_via_gateways_reads_this_machine():
-    peers = net._peers_via_gateways()
+def test_peers_of_open_connections_are_found():
+    """An open TCP connection's peer is read back from /proc/net/tcp (here: this machine's own
+    non-loopback address, so the test needs no network)."""
+    addresses = subprocess.run(["ip", "-j", "-4", "addr", "show"], capture_output=True, text=True, check=True)
+    own = [a["local"] for entry in json.loads(addresses.stdout) for a in entry.get("addr_info", [])
+           if not a["local"].startswith("127.")]
+    require(bool(own), "this machine has no non-loopback IPv4 address")
+    with socket.socket() as server:
+        server.bind((own[0], 0))
+        server.listen()
+        with socket.create_connection(server.getsockname()), server.accept()[0]:
+            peers = net._peers_via_gateways()
+    assert ipaddress.ip_network(f"{own[0]}/32") in peers
     assert all(p.prefixlen == 32 and not p[0].is_loopback for p in peers)
 
 
