@@ -8,7 +8,9 @@ Rules (see shared upstream facts and the CUDA compatibility guide):
 - SASS ``sm_XY`` runs on devices of the same major with minor >= Y.
 - SASS ``sm_XYa`` (arch-specific) runs only on exactly X.Y.
 - SASS ``sm_XYf`` (family) runs on the family members: same major, minor >= Y (sm_100f: 10.0, 10.3;
-  sm_120f: 12.0, 12.1).
+  sm_120f: 12.0, 12.1). "Same major, minor >=" is NVIDIA's family exactly for every capability in
+  KNOWN_CAPABILITIES; that is why 10.1 is not listed (Thor's capability under CUDA 12.x, 11.0 since
+  CUDA 13; no current device reports 10.1, and sm_100f code does not run on it).
 - PTX ``compute_XY`` is JIT-compiled by the driver for any device >= X.Y.
 - PTX ``compute_XYa`` only for exactly X.Y; ``compute_XYf`` for the family, like SASS ``f``.
 
@@ -18,10 +20,11 @@ Stdlib only, Python 3.8+ (runs on managed hosts).
 import re
 from collections import namedtuple
 
-# Compute capabilities of NVIDIA GPUs that exist (10.1 is Thor under CUDA 12.x, renamed 11.0 in 13.0).
+# Compute capabilities that current NVIDIA GPUs report (NVIDIA's list for Blackwell: 10.0, 10.3, 11.0,
+# 12.0, 12.1). Binaries may still name sm_101 (Thor before CUDA 13): parse_arch accepts any number.
 KNOWN_CAPABILITIES = (
     "5.0", "5.2", "5.3", "6.0", "6.1", "6.2", "7.0", "7.2", "7.5",
-    "8.0", "8.6", "8.7", "8.8", "8.9", "9.0", "10.0", "10.1", "10.3", "11.0", "12.0", "12.1",
+    "8.0", "8.6", "8.7", "8.8", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1",
 )  # fmt: skip
 
 SUFFIXES = ("", "a", "f")

@@ -2,6 +2,7 @@
 
 import pytest
 from ansible.module_utils.cuda_arch import (
+    KNOWN_CAPABILITIES,
     Arch,
     ArchError,
     format_arch,
@@ -97,6 +98,22 @@ def test_format_arch_round_trips():
 ])
 def test_sass_runs_on(arch, capability, expected):
     assert sass_runs_on(arch, capability) is expected
+
+
+@pytest.mark.parametrize(("family", "members"), [
+    ("sm_100f", ["10.0", "10.3"]), ("sm_103f", ["10.3"]), ("sm_110f", ["11.0"]),
+    ("sm_120f", ["12.0", "12.1"]), ("compute_120f", ["12.0", "12.1"]),
+])
+def test_family_rule_is_exact_on_every_known_capability(family, members):
+    # NVIDIA's family lists; "same major, minor >=" matches them only because 10.1 is not a known device.
+    rule = sass_runs_on if family.startswith("sm_") else ptx_runs_on
+    assert [capability for capability in KNOWN_CAPABILITIES if rule(family, capability)] == members
+
+
+def test_sm_101_is_a_binary_arch_but_no_known_device():
+    assert parse_arch("sm_101a") == ("sm", Arch(10, 1, "a"))
+    with pytest.raises(ArchError, match="not the compute capability of any known NVIDIA GPU"):
+        parse_capability("10.1")
 
 
 @pytest.mark.parametrize(("arch", "capability", "expected"), [
