@@ -12,8 +12,8 @@ import csv
 import os
 import re
 import shutil
-import subprocess
 
+from ansible.module_utils.bounded_run import RunTimeout, run_bounded
 from ansible.module_utils.cuda_arch import ArchError, parse_capability
 
 QUERY_FIELDS = ("index", "name", "uuid", "compute_cap", "memory.total", "pci.bus_id", "driver_version")
@@ -120,14 +120,13 @@ def parse_banner(text):
 def _run(argv, timeout):
     """(rc, combined output) or (None, reason) when it could not run in time."""
     try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
-                              check=False)
-    except subprocess.TimeoutExpired:
+        returncode, output, _stderr = run_bounded(argv, timeout, merge_stderr=True)
+    except RunTimeout as exc:
         return None, (f"{argv[0]} did not answer within {timeout} s (a hung GPU or driver? check dmesg "
-                      "for Xid errors)")
+                      "for Xid errors)" + (f"; {exc.leftover}" if exc.leftover else ""))
     except OSError as exc:
         return None, f"cannot run {argv[0]}: {exc}"
-    return proc.returncode, proc.stdout.decode("utf-8", "replace").strip()
+    return returncode, output.decode("utf-8", "replace").strip()
 
 
 def _failure_reason(output, rc):

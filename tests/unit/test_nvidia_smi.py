@@ -7,6 +7,7 @@ files) is real.
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from ansible.module_utils.nvidia_smi import (
     parse_query,
     read_kernel_module_version,
 )
+from processes import AFTER_TIMEOUT, gone, kill_pid_in
 
 STAND_INS = Path(__file__).resolve().parent.parent / "stand_ins"
 STAND_IN = str(STAND_INS / "nvidia-smi")
@@ -120,6 +122,28 @@ def test_hung_nvidia_smi_is_bounded(replay, tmp_path):
     facts = replay("hung", module_files=[str(tmp_path / "absent")], timeout=1)
     assert facts["present"] is False
     assert "did not answer within 1 s" in facts["reason"]
+
+
+def test_hung_nvidia_smi_and_its_helpers_are_bounded(tmp_path):
+    # STAND-IN for a hung nvidia-smi that started a helper in its session and one outside it (setsid):
+    # the first must be killed with it, the second must not hold gpu_facts beyond timeout + grace.
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n"
+                   f"sleep 30 & echo $! > {tmp_path}/in-session.pid\n"
+                   f"setsid sleep 30 & echo $! > {tmp_path}/escaped.pid\n"
+                   "exec sleep 30\n")
+    smi.chmod(0o755)
+    start = time.monotonic()
+    try:
+        facts = gpu_facts(str(smi), timeout=1, module_version_files=[])
+        assert time.monotonic() - start < 1 + AFTER_TIMEOUT
+        assert facts["present"] is False
+        assert facts["reason"].startswith(f"{smi} did not answer within 1 s (a hung GPU or driver?")
+        assert "outside its session (setsid) survived the kill" in facts["reason"]
+        assert gone(int((tmp_path / "in-session.pid").read_text())), "nvidia-smi's helper survived"
+    finally:
+        kill_pid_in(tmp_path / "in-session.pid")
+        kill_pid_in(tmp_path / "escaped.pid")
 
 
 def test_this_machine_has_no_gpu():
