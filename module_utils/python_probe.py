@@ -19,9 +19,16 @@ from ansible.module_utils.bounded_run import RunTimeout, run_bounded
 # imported packages print to stdout (banners, warnings) cannot be mistaken for the answer.
 MARKER = "@@SGLANG_FLEET_PROBE@@"
 
+# Printed first by the prelude under Python 3: after it, a missing answer means the probe crashed (a
+# segfault in an extension, a broken package), not that ``python`` is no Python 3 interpreter.
+STARTED = "@@SGLANG_FLEET_PROBE_STARTED@@"
+
 # Prelude shared by every probe script: ``answer(dict)`` prints the result and exits.
 PRELUDE = (
     "import json, sys\n"
+    "if sys.version_info[0] >= 3:\n"
+    f"    sys.stdout.write({STARTED!r} + '\\n')\n"
+    "    sys.stdout.flush()\n"
     "def answer(result):\n"
     "    sys.stdout.flush()\n"
     f"    sys.stdout.write('\\n' + {MARKER!r} + json.dumps(result) + '\\n')\n"
@@ -92,6 +99,8 @@ def run_probe(python, script, args=(), timeout=120, what="probe"):
             except ValueError as exc:
                 raise ProbeError(f"{what} in {python} printed a malformed answer: {exc}") from None
     status = f"was killed by signal {-returncode}" if returncode < 0 else f"exited with status {returncode}"
-    detail = _tail(err or out)
-    raise ProbeError(f"{what} in {python} {status} without an answer (is it a Python 3 interpreter?)"
+    started = STARTED in out.splitlines()
+    detail = _tail(err or out.replace(STARTED, ""))
+    raise ProbeError(f"{what} in {python} {status} without an answer"
+                     + ("" if started else " (is it a Python 3 interpreter?)")
                      + (f"; output: {detail}" if detail else ""))

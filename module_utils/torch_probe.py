@@ -22,37 +22,50 @@ except ModuleNotFoundError as exc:
     answer({"error": "import-failed", "detail": "%s: %s" % (type(exc).__name__, exc)})
 except BaseException as exc:
     answer({"error": "import-failed", "detail": "%s: %s" % (type(exc).__name__, exc)})
+if getattr(torch, "__file__", None) is None:
+    answer({"error": "import-failed", "detail": "torch in %s is a directory without __init__.py (a namespace "
+            "package, e.g. left over from an uninstall), not an installed torch" % ", ".join(torch.__path__)})
 
-result = {
-    "torch_version": str(torch.__version__),
-    "cuda_version": getattr(torch.version, "cuda", None),
-    "hip_version": getattr(torch.version, "hip", None),
-    "git_version": getattr(torch.version, "git_version", None),
-    "executable": sys.executable,
-}
-arch_flags = getattr(torch._C, "_cuda_getArchFlags", None)
-if arch_flags is not None:
-    result["arch_list"] = (arch_flags() or "").split()
-    result["arch_list_source"] = "torch._C._cuda_getArchFlags"
-else:
-    result["arch_list"] = list(torch.cuda.get_arch_list())
-    result["arch_list_source"] = "torch.cuda.get_arch_list"
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    try:
-        available = bool(torch.cuda.is_available())
-        devices = []
-        for index in range(torch.cuda.device_count() if available else 0):
-            major, minor = torch.cuda.get_device_capability(index)
-            devices.append({"index": index, "name": torch.cuda.get_device_name(index),
-                            "capability": "%d.%d" % (major, minor)})
-        result["cuda_error"] = None
-    except Exception as exc:
-        available, devices = False, []
-        result["cuda_error"] = "%s: %s" % (type(exc).__name__, exc)
-result["cuda_available"] = available
-result["devices"] = devices
-result["cuda_warnings"] = sorted(set(str(w.message).strip() for w in caught))
+
+def facts():
+    result = {
+        "torch_version": str(torch.__version__),
+        "cuda_version": getattr(torch.version, "cuda", None),
+        "hip_version": getattr(torch.version, "hip", None),
+        "git_version": getattr(torch.version, "git_version", None),
+        "executable": sys.executable,
+    }
+    arch_flags = getattr(torch._C, "_cuda_getArchFlags", None)
+    if arch_flags is not None:
+        result["arch_list"] = (arch_flags() or "").split()
+        result["arch_list_source"] = "torch._C._cuda_getArchFlags"
+    else:
+        result["arch_list"] = list(torch.cuda.get_arch_list())
+        result["arch_list_source"] = "torch.cuda.get_arch_list"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            available = bool(torch.cuda.is_available())
+            devices = []
+            for index in range(torch.cuda.device_count() if available else 0):
+                major, minor = torch.cuda.get_device_capability(index)
+                devices.append({"index": index, "name": torch.cuda.get_device_name(index),
+                                "capability": "%d.%d" % (major, minor)})
+            result["cuda_error"] = None
+        except Exception as exc:
+            available, devices = False, []
+            result["cuda_error"] = "%s: %s" % (type(exc).__name__, exc)
+    result["cuda_available"] = available
+    result["devices"] = devices
+    result["cuda_warnings"] = sorted(set(str(w.message).strip() for w in caught))
+    return result
+
+
+# A torch that imports but lacks what every release has (__version__, torch.version, torch._C) is broken.
+try:
+    result = facts()
+except Exception as exc:
+    answer({"error": "import-failed", "detail": "%s: %s" % (type(exc).__name__, exc)})
 answer(result)
 """
 

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import venv
+from pathlib import Path
 
 import pytest
 from ansible_run import run_module
@@ -44,12 +45,16 @@ def bare_venv(tmp_path_factory):
     return python, site
 
 
+def site_packages_of(python):
+    return subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
 def venv_with_torch(tmp_path, source):
     """A venv whose torch/__init__.py is ``source`` (a hung or broken install)."""
     venv.EnvBuilder(with_pip=False).create(tmp_path)
     python = tmp_path / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    site = site_packages_of(python)
     package = tmp_path / site / "torch"
     package.mkdir(parents=True, exist_ok=True)
     (package / "__init__.py").write_text(source)
@@ -145,6 +150,29 @@ def test_broken_torch(tmp_path):
     assert failed["event"] == "runner_on_failed"
     assert failed["msg"] == (f"import torch failed in {python}: ImportError: libtorch_cuda.so: cannot "
                              "open shared object file; the install is broken or incomplete: reinstall "
+                             "torch in that environment")
+
+
+def test_stray_torch_directory_is_not_a_torch_install(tmp_path):
+    # A directory left by a removed install imports as a namespace package: say so, not "is it Python?".
+    python = venv_with_torch(tmp_path, "")
+    package = Path(site_packages_of(python)) / "torch"
+    (package / "__init__.py").unlink()
+    (package / "lib").mkdir()
+    failed = run_module("torch_cuda_archs", {"python": python})
+    assert failed["event"] == "runner_on_failed"
+    assert failed["msg"] == (
+        f"import torch failed in {python}: torch in {package} is a directory without __init__.py (a "
+        "namespace package, e.g. left over from an uninstall), not an installed torch; the install is "
+        "broken or incomplete: reinstall torch in that environment")
+
+
+def test_torch_without_version_fails_as_broken_not_as_not_python(tmp_path):
+    python = venv_with_torch(tmp_path, "# an emptied torch/__init__.py\n")
+    failed = run_module("torch_cuda_archs", {"python": python})
+    assert failed["event"] == "runner_on_failed"
+    assert failed["msg"] == (f"import torch failed in {python}: AttributeError: module 'torch' has no "
+                             "attribute '__version__'; the install is broken or incomplete: reinstall "
                              "torch in that environment")
 
 

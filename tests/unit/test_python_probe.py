@@ -82,6 +82,17 @@ def test_crash_and_missing_answer():
         run_probe(sys.executable, f"print({MARKER!r} + '{{bad')\n")
 
 
+@pytest.mark.parametrize(("script", "status"), [
+    ("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n", "was killed by signal 11"),
+    ("raise RuntimeError('broken extension')\n", "exited with status 1"),
+])
+def test_a_python_that_started_is_not_asked_whether_it_is_python(script, status):
+    # The hint about the interpreter is for one that never ran the prelude, not for a crash in the probe.
+    with pytest.raises(ProbeError, match=rf"^the crash probe in .* {status} without an answer") as caught:
+        run_probe(sys.executable, script, what="the crash probe")
+    assert "Python 3 interpreter" not in str(caught.value)
+
+
 def test_not_python(tmp_path):
     shell = tmp_path / "python"
     shell.write_text("#!/bin/sh\necho 'I am not python'\nexit 0\n")
