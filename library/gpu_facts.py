@@ -147,6 +147,8 @@ def main():
         facts = gpu_facts(params["nvidia_smi"], params["timeout"], params["kernel_module_version_files"])
     except NvidiaSmiError as exc:
         module.fail_json(msg=f"{exc}; please report this output with the driver version")
+    except Exception as exc:  # never a traceback: say what failed
+        module.fail_json(msg=f"gpu_facts failed unexpectedly: {type(exc).__name__}: {exc}")
     module.exit_json(changed=False, **facts)
 
 

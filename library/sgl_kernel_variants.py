@@ -175,6 +175,8 @@ def main():
         result = check_sgl_kernel(**params)
     except SglKernelProbeError as exc:
         module.fail_json(msg=str(exc))
+    except Exception as exc:  # never a traceback: say what failed
+        module.fail_json(msg=f"sgl_kernel_variants failed unexpectedly: {type(exc).__name__}: {exc}")
     module.exit_json(changed=False, **result)
 
 

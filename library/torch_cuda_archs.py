@@ -174,6 +174,13 @@ def main():
         },
         supports_check_mode=True,
     )
+    try:
+        check_torch(module)
+    except Exception as exc:  # never a traceback: say what failed
+        module.fail_json(msg=f"torch_cuda_archs failed unexpectedly: {type(exc).__name__}: {exc}")
+
+
+def check_torch(module):
     params = module.params
     if params["timeout"] <= 0:
         module.fail_json(msg=f"timeout must be a positive number of seconds, got {params['timeout']}")

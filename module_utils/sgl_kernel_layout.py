@@ -45,7 +45,16 @@ def loader_subdir(capability):
     return DEFAULT_VARIANT
 
 
+def _list(directory):
+    try:
+        return os.listdir(directory)
+    except OSError as exc:
+        raise LayoutError(f"cannot list {directory}: {exc.strerror}; check that the user running the module "
+                          "may read the sgl_kernel package") from None
+
+
 def _candidates(directory):
+    _list(directory)  # glob reports an unreadable directory as empty: that would be a wrong answer
     # Same glob as upstream, so the order (the directory's listing order) is the loader's order.
     return filter_compiled_extensions(glob.glob(os.path.join(directory, "common_ops.*")))
 
@@ -53,7 +62,7 @@ def _candidates(directory):
 def find_variants(package_dir):
     """{variant name: [candidate files, the one the loader would load first]} for subdirs and root."""
     variants = {}
-    for entry in sorted(os.listdir(package_dir)):
+    for entry in sorted(_list(package_dir)):
         directory = os.path.join(package_dir, entry)
         if os.path.isdir(directory) and not entry.startswith("__"):
             files = _candidates(directory)
