@@ -27,7 +27,6 @@ import types
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-QUERY = "--query-gpu=index,name,uuid,compute_cap,memory.total,pci.bus_id,driver_version"
 TORCH_OWN = r"""
 import json, torch
 devices = []
@@ -82,11 +81,14 @@ def run(argv, timeout=120):
 
 
 def nvidia_smi_own():
+    """nvidia-smi's raw answers to the calls gpu_facts makes (the query with its own constants)."""
+    from ansible.module_utils.nvidia_smi import QUERY_ARGS, QUERY_FIELDS  # noqa: PLC0415
+
     smi = shutil.which("nvidia-smi")
     if not smi:
         return {"error": "nvidia-smi not on PATH"}
-    return {"query": run([smi, QUERY, "--format=csv,noheader,nounits"]), "banner": run([smi]),
-            "version": run([smi, "--version"])}
+    query = [smi, "--query-gpu=" + ",".join(QUERY_FIELDS), *QUERY_ARGS]
+    return {"query": run(query), "banner": run([smi]), "version": run([smi, "--version"])}
 
 
 def torch_own(python):
@@ -132,17 +134,11 @@ def record(directory, report):
 
 def stage(directory):
     """Unpack the sglang-kernel wheel's python files and common_ops variants (tests' wheel cache)."""
-    import zipfile  # noqa: PLC0415
-
     sys.path.insert(0, str(REPO / "tests"))
-    from cache import pip_download  # noqa: PLC0415
+    from sglkernel import extract  # noqa: PLC0415
 
-    version = "0.4.10"
-    wheel = next(pip_download([f"sglang-kernel=={version}"]).glob(f"sglang_kernel-{version}-*.whl"))
-    with zipfile.ZipFile(wheel) as archive:
-        members = [m for m in archive.namelist() if m.startswith("sgl_kernel/")
-                   and (m.endswith(".py") or "/common_ops." in m or m.endswith("spatial_ops.abi3.so"))]
-        archive.extractall(directory, members)
+    members = extract(Path(directory), lambda m: m.endswith(".py") or "/common_ops." in m
+                      or m.endswith("spatial_ops.abi3.so"))
     size = sum(f.stat().st_size for f in Path(directory).rglob("*") if f.is_file())
     print(f"staged {len(members)} files, {size / 2**20:.1f} MiB: {Path(directory) / 'sgl_kernel'}")
 

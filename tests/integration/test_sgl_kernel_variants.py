@@ -1,31 +1,28 @@
 """sgl_kernel_variants on the released sglang-kernel wheel and on nvcc-built fixture trees.
 
-The wheel is downloaded once (tests/cache.py) and its sgl_kernel/ package, minus the 1.1 GB flash_ops
-library that the check never reads, is unpacked once into the test cache. Fixture trees lay real
-nvcc-compiled shared objects (tests/cudabuild.py) out as sm90/, sm100/ and package-root common_ops.
+The wheel is downloaded and its sgl_kernel/ package unpacked once into the test cache (tests/sglkernel.py).
+Fixture trees lay real nvcc-compiled shared objects (tests/cudabuild.py) out as sm90/, sm100/ and
+package-root common_ops.
 """
 
-import fcntl
 import json
 import shutil
 import subprocess
-import venv
-import zipfile
 from pathlib import Path
 
 import pytest
 from ansible.module_utils.cuda_arch import sorted_archs
 from ansible.module_utils.sgl_kernel_probe import check_sgl_kernel
 from ansible_run import run_module
-from cache import cache_dir, pip_download
 from cudabuild import compiled_fixtures
 from documented import assert_documented
+from sglkernel import SGLANG_KERNEL_VERSION, unpacked_package
 from torchenv import torch_python
+from venvs import make_venv, purelib
 
 pytestmark = pytest.mark.integration
 cuda_fixtures = compiled_fixtures  # the session fixture, under the name the tests ask for
 
-WHEEL_VERSION = "0.4.10"
 STAND_INS = Path(__file__).resolve().parent.parent / "stand_ins"
 WHEEL_ARCHES = ["sm_80", "sm_89", "sm_90", "sm_90a", "sm_100f", "sm_120a"]
 
@@ -33,20 +30,7 @@ WHEEL_ARCHES = ["sm_80", "sm_89", "sm_90", "sm_90a", "sm_100f", "sm_120a"]
 @pytest.fixture(scope="session")
 def wheel_package():
     """The sgl_kernel/ directory of the real sglang-kernel wheel, unpacked once into the cache."""
-    root = cache_dir("sglang-kernel-unpacked", WHEEL_VERSION)
-    package = root / "sgl_kernel"
-    with open(root.parent / f"{WHEEL_VERSION}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (root / ".ready").exists():
-            wheelhouse = pip_download([f"sglang-kernel=={WHEEL_VERSION}"])
-            wheel = next(wheelhouse.glob(f"sglang_kernel-{WHEEL_VERSION}-*.whl"))
-            shutil.rmtree(package, ignore_errors=True)
-            with zipfile.ZipFile(wheel) as archive:
-                members = [m for m in archive.namelist()
-                           if m.startswith("sgl_kernel/") and not m.endswith("/flash_ops.abi3.so")]
-                archive.extractall(root, members)
-            (root / ".ready").write_text(f"{wheel.name}\n")
-    return str(package)
+    return str(unpacked_package())
 
 
 def tree(tmp_path, cuda_fixtures, layout):
@@ -65,7 +49,7 @@ def tree(tmp_path, cuda_fixtures, layout):
 ])
 def test_released_wheel(wheel_package, capability, selected, covers):
     result = check_sgl_kernel(package_dir=wheel_package, capability=capability)
-    assert result["package_version"] == WHEEL_VERSION
+    assert result["package_version"] == SGLANG_KERNEL_VERSION
     assert sorted(result["variants"]) == ["sm100", "sm90"]
     for variant in result["variants"].values():
         # Both variants are the same sources and gencodes: no PTX, 12.0 only as sm_120a.
@@ -142,16 +126,8 @@ def test_root_only_tree(tmp_path, cuda_fixtures):
 # --- through Ansible -------------------------------------------------------------------------------
 
 def env_python(tmp_path, *paths):
-    """A real venv whose import path also holds ``paths`` (via a .pth file, as site-packages do)."""
-    venv.EnvBuilder(with_pip=False).create(tmp_path / "venv")
-    python = tmp_path / "venv" / "bin" / "python"
-    Path(site_packages(python), "sglang_fleet_test.pth").write_text("".join(f"{p}\n" for p in paths))
-    return str(python)
-
-
-def site_packages(python):
-    return subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    """A real venv whose import path also holds ``paths``."""
+    return str(make_venv(tmp_path / "venv", *paths))
 
 
 def gpu_host(recording):
@@ -199,7 +175,7 @@ def test_module_import_check_without_gpu(wheel_package):
 def test_module_import_check_imports_for_real(tmp_path, wheel_package):
     # nvidia-smi is the stand-in (a B200 host); torch 2.14.1 and sgl_kernel are real, so the import runs
     # the upstream loader, which fails here on the missing driver library, as on a driver-less host.
-    torch_site = site_packages(torch_python("2.14.1"))
+    torch_site = purelib(torch_python("2.14.1"))
     python = env_python(tmp_path, torch_site, Path(wheel_package).parent)
     args, env = gpu_host("b200-x8")
     args.update(python=python, import_check=True)

@@ -7,13 +7,12 @@ The oracle for the arch list is torch itself, asked directly in the same interpr
 import json
 import subprocess
 import sys
-import venv
-from pathlib import Path
 
 import pytest
 from ansible_run import run_module
 from documented import assert_documented
 from torchenv import torch_python
+from venvs import make_venv, purelib
 
 pytestmark = pytest.mark.integration
 
@@ -36,26 +35,14 @@ def torch_says(python, expression):
 
 @pytest.fixture(scope="session")
 def bare_venv(tmp_path_factory):
-    """A real venv without torch, plus a site-packages to plant broken torch packages in."""
-    root = tmp_path_factory.mktemp("bare-venv")
-    venv.EnvBuilder(with_pip=False).create(root)
-    python = root / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          check=True, capture_output=True, text=True).stdout.strip()
-    return python, site
-
-
-def site_packages_of(python):
-    return subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    """A real venv without torch."""
+    return make_venv(tmp_path_factory.mktemp("bare-venv"))
 
 
 def venv_with_torch(tmp_path, source):
     """A venv whose torch/__init__.py is ``source`` (a hung or broken install)."""
-    venv.EnvBuilder(with_pip=False).create(tmp_path)
-    python = tmp_path / "bin" / "python"
-    site = site_packages_of(python)
-    package = tmp_path / site / "torch"
+    python = make_venv(tmp_path)
+    package = purelib(python) / "torch"
     package.mkdir(parents=True, exist_ok=True)
     (package / "__init__.py").write_text(source)
     return str(python)
@@ -120,7 +107,7 @@ def test_cpu_build_with_require_fails_naming_the_index(cpu_torch):
 
 
 def test_python_without_torch(bare_venv):
-    python, _site = bare_venv
+    python = bare_venv
     failed = run_module("torch_cuda_archs", {"python": str(python)})
     assert failed["event"] == "runner_on_failed"
     assert failed["msg"].startswith(f"torch is not installed for {python} (No module named 'torch')")
@@ -156,7 +143,7 @@ def test_broken_torch(tmp_path):
 def test_stray_torch_directory_is_not_a_torch_install(tmp_path):
     # A directory left by a removed install imports as a namespace package: say so, not "is it Python?".
     python = venv_with_torch(tmp_path, "")
-    package = Path(site_packages_of(python)) / "torch"
+    package = purelib(python) / "torch"
     (package / "__init__.py").unlink()
     (package / "lib").mkdir()
     failed = run_module("torch_cuda_archs", {"python": python})
