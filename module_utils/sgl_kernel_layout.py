@@ -114,6 +114,17 @@ def describe_code(sass, ptx):
     return " ".join(parts) if parts else "no device code"
 
 
+def loader_choice(variants, capability):
+    """(variant name or None, why) the loader tries first for ``capability`` among ``variants``."""
+    first_choice = loader_subdir(capability)
+    if first_choice in variants:
+        return first_choice, f"the loader picks {first_choice}/ for capability {capability}"
+    if ROOT_VARIANT in variants:
+        return ROOT_VARIANT, (f"{first_choice}/common_ops.* is missing, so the loader falls back to the "
+                              "package-root common_ops")
+    return None, None
+
+
 def inspect_layout(package_dir, capability):
     """Variants, the loader's selection for ``capability`` (canonical string or None) and coverage."""
     if not os.path.isdir(package_dir):
@@ -126,13 +137,7 @@ def inspect_layout(package_dir, capability):
         variants[name] = {"path": files[0], "sass": sass, "ptx": ptx, "other_files": files[1:],
                           "runs_on": runs_on(sass, ptx, capability) if capability else None}
     first_choice = loader_subdir(capability)
-    if first_choice in variants:
-        selected, how = first_choice, f"the loader picks {first_choice}/ for capability {capability}"
-    elif ROOT_VARIANT in variants:
-        selected, how = ROOT_VARIANT, (f"{first_choice}/common_ops.* is missing, so the loader falls back "
-                                       "to the package-root common_ops")
-    else:
-        selected, how = None, None
+    selected, how = loader_choice(variants, capability)
     result = {"package_dir": package_dir, "package_version": package_version(package_dir),
               "capability": capability, "variants": variants, "selected_variant": selected,
               "selected_path": variants[selected]["path"] if selected else None,
