@@ -116,7 +116,7 @@ counts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cuda_arch import ArchError
+from ansible.module_utils.cuda_arch import ArchError, parse_requirements
 from ansible.module_utils.cuda_binaries import inspect_binaries, missing_message
 from ansible.module_utils.cuda_fatbin import FatbinError
 
@@ -133,13 +133,13 @@ def main():
     params = module.params
     if not params["paths"]:
         module.fail_json(msg="paths is empty: list at least one file or directory to scan")
-    fail_on_missing = params["fail_on_missing"]
-    if fail_on_missing is None:
-        fail_on_missing = bool(params["require"])
     try:
-        report = inspect_binaries(params["paths"], params["require"])
+        require, fail_on_missing, warnings = parse_requirements(params["require"], params["fail_on_missing"])
+        for warning in warnings:
+            module.warn(warning)
+        report = inspect_binaries(params["paths"], require)
     except ArchError as exc:
-        module.fail_json(msg=f"require: {exc}")
+        module.fail_json(msg=str(exc))
     except FatbinError as exc:
         module.fail_json(msg=f"cannot scan {exc}")
     except Exception as exc:  # never a traceback: say what failed and where

@@ -177,6 +177,8 @@ def main():
         module.fail_json(msg=str(exc))
     except Exception as exc:  # never a traceback: say what failed
         module.fail_json(msg=f"sgl_kernel_variants failed unexpectedly: {type(exc).__name__}: {exc}")
+    for warning in result.pop("warnings"):
+        module.warn(warning)
     module.exit_json(changed=False, **result)
 
 

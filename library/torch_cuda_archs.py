@@ -154,13 +154,8 @@ missing:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cuda_arch import ArchError
-from ansible.module_utils.torch_probe import (
-    TorchProbeError,
-    check_requirements,
-    inspect_torch,
-    parse_capabilities,
-)
+from ansible.module_utils.cuda_arch import ArchError, parse_requirements
+from ansible.module_utils.torch_probe import TorchProbeError, check_requirements, inspect_torch
 
 
 def main():
@@ -185,17 +180,16 @@ def check_torch(module):
     if params["timeout"] <= 0:
         module.fail_json(msg=f"timeout must be a positive number of seconds, got {params['timeout']}")
     try:
-        require = parse_capabilities(params["require"])
+        require, fail_on_missing, warnings = parse_requirements(params["require"], params["fail_on_missing"])
     except ArchError as exc:
-        module.fail_json(msg=f"require: {exc}")
+        module.fail_json(msg=str(exc))
+    for warning in warnings:
+        module.warn(warning)
     try:
         facts = inspect_torch(params["python"], require, timeout=params["timeout"])
     except TorchProbeError as exc:
         module.fail_json(msg=str(exc))
     facts["require"] = require
-    fail_on_missing = params["fail_on_missing"]
-    if fail_on_missing is None:
-        fail_on_missing = bool(require)
     problem = check_requirements(facts, require, params["cuda_index_url"])
     if problem and (fail_on_missing or facts["build"] != "cuda"):
         module.fail_json(msg=problem, changed=False, **facts)

@@ -14,7 +14,7 @@ import re
 import shutil
 
 from ansible.module_utils.bounded_run import RunTimeout, run_bounded
-from ansible.module_utils.cuda_arch import ArchError, parse_capability
+from ansible.module_utils.cuda_arch import ArchError, capability_tuple, parse_capability
 
 QUERY_FIELDS = ("index", "name", "uuid", "compute_cap", "memory.total", "pci.bus_id", "driver_version")
 QUERY_ARGS = ("--format=csv,noheader,nounits",)
@@ -129,16 +129,17 @@ def _run(argv, timeout):
     return returncode, output.decode("utf-8", "replace").strip()
 
 
-def _failure_reason(output, rc):
+def _failure(output, rc):
+    """(reason, whether the loaded kernel module differs from the user-space driver) of a failed call."""
     first = output.splitlines()[0] if output else f"exit status {rc}"
     if "couldn't communicate with the NVIDIA driver" in output:
-        return f"the NVIDIA driver is not loaded: {first}"
+        return f"the NVIDIA driver is not loaded: {first}", False
     if "Driver/library version mismatch" in output:
         return ("the loaded NVIDIA kernel module does not match the user-space driver (Driver/library "
-                "version mismatch): reboot or reload the nvidia modules")
+                "version mismatch): reboot or reload the nvidia modules"), True
     if "No devices were found" in output:
-        return "the NVIDIA driver is loaded but sees no GPU (No devices were found)"
-    return f"nvidia-smi failed (exit status {rc}): {output[-500:] if output else 'no output'}"
+        return "the NVIDIA driver is loaded but sees no GPU (No devices were found)", False
+    return f"nvidia-smi failed (exit status {rc}): {output[-500:] if output else 'no output'}", False
 
 
 def gpu_facts(nvidia_smi=None, timeout=30, module_version_files=KERNEL_MODULE_VERSION_FILES):
@@ -164,8 +165,8 @@ def gpu_facts(nvidia_smi=None, timeout=30, module_version_files=KERNEL_MODULE_VE
         facts["reason"] = output
         return facts
     if rc != 0:
-        facts["reason"] = _failure_reason(output, rc)
-        if "Driver/library version mismatch" in output:
+        facts["reason"], mismatch = _failure(output, rc)
+        if mismatch:
             library = _NVML_LIB_RE.search(output)
             facts["user_space_driver_version"] = library.group(1) if library else None
             facts["kernel_module_mismatch"] = True
@@ -177,8 +178,7 @@ def gpu_facts(nvidia_smi=None, timeout=30, module_version_files=KERNEL_MODULE_VE
         facts["reason"] = "nvidia-smi lists no GPU"
         return facts
     facts.update(present=True, gpus=gpus, driver_version=gpus[0]["driver_version"])
-    facts["capabilities"] = sorted({g["capability"] for g in gpus if g["capability"]},
-                                   key=lambda c: tuple(int(p) for p in c.split(".")))
+    facts["capabilities"] = sorted({g["capability"] for g in gpus if g["capability"]}, key=capability_tuple)
     rc, banner = _run([binary], timeout)
     if rc == 0:
         facts["user_space_driver_version"], facts["cuda_driver_version"] = parse_banner(banner)

@@ -14,7 +14,7 @@ import glob
 import os
 import re
 
-from ansible.module_utils.cuda_arch import capability_tuple, runs_on
+from ansible.module_utils.cuda_arch import capability_tuple, describe_archs, describe_targets, runs_on
 from ansible.module_utils.cuda_fatbin import FatbinError, scan_file
 
 PACKAGE = "sgl_kernel"
@@ -33,9 +33,14 @@ def filter_compiled_extensions(file_list):
     Upstream tests ``ext in str(path)`` on the whole path, so a ".so" anywhere in the directory name
     counts; kept as is because the point is to pick the same file the loader picks.
     """
-    compiled = [f for f in file_list if any(str(f).endswith(e) or e in str(f) for e in _COMPILED_EXTENSIONS)]
+    compiled = [f for f in file_list if _is_compiled(f)]
     others = [f for f in file_list if f not in compiled]
     return compiled + others
+
+
+def _is_compiled(path):
+    """Upstream's test for a compiled extension, as is (see filter_compiled_extensions)."""
+    return any(str(path).endswith(e) or e in str(path) for e in _COMPILED_EXTENSIONS)
 
 
 def loader_subdir(capability):
@@ -89,7 +94,7 @@ def package_version(package_dir):
 
 
 def _scan(package_dir, path):
-    if not any(path.endswith(e) or e in path for e in _COMPILED_EXTENSIONS):
+    if not _is_compiled(path):
         return [], []  # a Python source fallback holds no device code
     try:
         code = scan_file(path)
@@ -99,19 +104,6 @@ def _scan(package_dir, path):
     except OSError as exc:
         raise LayoutError(f"cannot read {path}: {exc}") from None
     return list(code.sass), list(code.ptx)
-
-
-def suggested_targets(capability):
-    """Targets that would run on ``capability``, for the advice in a miss message."""
-    major, minor = capability_tuple(capability)
-    if major >= 10:
-        return f"sm_{major}{minor}a or sm_{major}0f"
-    return f"sm_{major}{minor}"
-
-
-def describe_code(sass, ptx):
-    parts = sass + ptx
-    return " ".join(parts) if parts else "no device code"
 
 
 def loader_choice(variants, capability):
@@ -153,7 +145,7 @@ def inspect_layout(package_dir, capability):
     if capability is None:
         result["message"] = (f"no GPU capability given or found, so coverage is unknown; without a GPU "
                              f"the loader loads {name}, which holds "
-                             f"{describe_code(chosen['sass'], chosen['ptx'])}")
+                             f"{describe_archs(chosen['sass'], chosen['ptx'])}")
         return result
     result["selected_covers"] = bool(chosen["runs_on"])
     if chosen["runs_on"]:
@@ -161,12 +153,12 @@ def inspect_layout(package_dir, capability):
         result["message"] = f"{how}: {name} runs on {capability} ({how_runs})"
         return result
     advice = [f"install an sglang-kernel build whose {first_choice}/common_ops has code for {capability} "
-              f"(e.g. {suggested_targets(capability)}) or build it from source for that target"]
+              f"({describe_targets(capability)}) or build it from source for that target"]
     others = [relative_name(package_dir, v["path"])
               for n, v in variants.items() if n != selected and v["runs_on"]]
     if others:
         advice.append(f"{', '.join(others)} has code for {capability} but the loader does not pick it for "
                       "this capability")
-    code = describe_code(chosen["sass"], chosen["ptx"])
+    code = describe_archs(chosen["sass"], chosen["ptx"])
     result["message"] = f"{name} has no code for {capability}: {code} ({how}); " + "; ".join(advice)
     return result

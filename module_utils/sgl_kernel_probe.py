@@ -11,7 +11,11 @@ Stdlib only, Python 3.8+ (runs on managed hosts).
 import os
 import sys
 
-from ansible.module_utils.cuda_arch import ArchError, parse_capability
+from ansible.module_utils.cuda_arch import (
+    ArchError,
+    parse_capabilities,
+    unknown_capability_warnings,
+)
 from ansible.module_utils.nvidia_smi import NvidiaSmiError, first_capability, gpu_facts
 from ansible.module_utils.python_probe import ProbeError, run_probe
 from ansible.module_utils.sgl_kernel_layout import LayoutError, inspect_layout, loader_choice
@@ -146,12 +150,13 @@ def check_sgl_kernel(*, python=None, package_dir=None, capability=None, import_c
         raise SglKernelProbeError("give exactly one of python (the environment's interpreter) and "
                                   "package_dir (an sgl_kernel directory)")
     source = "param"
+    result = {"python": None, "warnings": []}
     if capability is not None:
         try:
-            capability = parse_capability(capability)
+            (capability,) = parse_capabilities([capability], known_only=False, param="capability")
         except ArchError as exc:
-            raise SglKernelProbeError(f"capability: {exc}") from None
-    result = {"python": None}
+            raise SglKernelProbeError(str(exc)) from None
+        result["warnings"] = unknown_capability_warnings([capability])
     if python:
         package_dir, result["python"] = locate_package(python, timeout)
     gpu = None

@@ -110,11 +110,6 @@ def split_arch_list(arch_list):
     return sass, ptx
 
 
-def parse_capabilities(values):
-    """Canonical capability strings for user input; raises ArchError with the offending value."""
-    return [parse_capability(value) for value in values or []]
-
-
 def missing_capabilities(arch_list, capabilities):
     """The capabilities (canonical strings) that no entry of ``arch_list`` can run on."""
     sass, ptx = split_arch_list(arch_list)

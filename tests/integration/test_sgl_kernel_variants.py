@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.cuda_arch import sorted_archs
+from ansible.module_utils.cuda_arch import KNOWN_CAPABILITIES, sorted_archs
 from ansible.module_utils.sgl_kernel_probe import check_sgl_kernel
 from ansible_run import run_module
 from cudabuild import compiled_fixtures
@@ -64,9 +64,10 @@ def test_released_wheel(wheel_package, capability, selected, covers):
 def test_released_wheel_on_12_1_explains_the_miss(wheel_package):
     result = check_sgl_kernel(package_dir=wheel_package, capability="121")
     assert result["message"] == (
-        "sm100/common_ops.abi3.so has no code for 12.1: sm_80 sm_89 sm_90 sm_90a sm_100f sm_120a (the "
+        "sm100/common_ops.abi3.so has no code for 12.1: sm_80, sm_89, sm_90, sm_90a, sm_100f, sm_120a (the "
         "loader picks sm100/ for capability 12.1); install an sglang-kernel build whose sm100/common_ops "
-        "has code for 12.1 (e.g. sm_121a or sm_120f) or build it from source for that target")
+        "has code for 12.1 (sm_120f, sm_121a, sm_121 or compute_121 PTX) or build it from source for "
+        "that target")
 
 
 def test_sm100_without_12_0_code(tmp_path, cuda_fixtures):
@@ -80,10 +81,10 @@ def test_sm100_without_12_0_code(tmp_path, cuda_fixtures):
     assert on_12["selected_covers"] is False
     assert on_12["variants"]["sm90"]["runs_on"] == "ptx-jit"  # compute_90 JIT-compiles for 12.0
     assert on_12["message"] == (
-        "sm100/common_ops.abi3.so has no code for 12.0: sm_100a compute_100a (the loader picks sm100/ for "
-        "capability 12.0); install an sglang-kernel build whose sm100/common_ops has code for 12.0 (e.g. "
-        "sm_120a or sm_120f) or build it from source for that target; sm90/common_ops.abi3.so has code for "
-        "12.0 but the loader does not pick it for this capability")
+        "sm100/common_ops.abi3.so has no code for 12.0: sm_100a, compute_100a (the loader picks sm100/ for "
+        "capability 12.0); install an sglang-kernel build whose sm100/common_ops has code for 12.0 "
+        "(sm_120f, sm_120a, sm_120 or compute_120 PTX) or build it from source for that target; "
+        "sm90/common_ops.abi3.so has code for 12.0 but the loader does not pick it for this capability")
     on_9 = check_sgl_kernel(package_dir=package, capability="9.0")
     assert on_9["selected_variant"] == "sm90"
     assert on_9["selected_covers"] is True
@@ -120,7 +121,7 @@ def test_root_only_tree(tmp_path, cuda_fixtures):
     on_9 = check_sgl_kernel(package_dir=package, capability="9.0")
     assert on_9["selected_variant"] == "root"
     assert on_9["selected_covers"] is False
-    assert on_9["message"].startswith("common_ops.abi3.so has no code for 9.0: sm_120a compute_120a (sm90/")
+    assert on_9["message"].startswith("common_ops.abi3.so has no code for 9.0: sm_120a, compute_120a (sm90/")
 
 
 # --- through Ansible -------------------------------------------------------------------------------
@@ -143,8 +144,20 @@ def test_module_on_the_wheel(wheel_package):
     assert result["changed"] is False
     assert result["selected_variant"] == "sm100"
     assert result["selected_covers"] is False
-    assert result["message"].startswith("sm100/common_ops.abi3.so has no code for 12.1: sm_80 sm_89 sm_90")
+    assert result["message"].startswith("sm100/common_ops.abi3.so has no code for 12.1: sm_80, sm_89, sm_90")
     assert "import_check" not in result
+
+
+def test_module_on_a_capability_newer_than_the_known_gpus(wheel_package):
+    # A GPU newer than KNOWN_CAPABILITIES is rated by the same rules, with a warning, not refused.
+    result = run_module("sgl_kernel_variants", {"package_dir": wheel_package, "capability": "12.2"})
+    assert result["event"] == "runner_on_ok", result.get("msg")
+    assert result["capability"] == "12.2"
+    assert result["selected_variant"] == "sm100"
+    assert result["selected_covers"] is False  # sm_120a is 12.0 only
+    assert result["warnings"] == [
+        f"capability 12.2 is not one of the known NVIDIA GPU capabilities ({', '.join(KNOWN_CAPABILITIES)}); "
+        "it was rated with the same rules, which a new architecture may not follow"]
 
 
 def test_module_finds_the_package_and_the_gpu(tmp_path, wheel_package):

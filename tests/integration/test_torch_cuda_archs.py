@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from ansible.module_utils.cuda_arch import KNOWN_CAPABILITIES
 from ansible_run import run_module
 from documented import assert_documented
 from torchenv import torch_python
@@ -81,6 +82,16 @@ def test_cuda_build_missing_capability(cuda_torch):
     assert report["event"] == "runner_on_ok"
     assert report["missing"] == ["11.0"]
     assert report["changed"] is False
+
+
+def test_capability_newer_than_the_known_gpus_is_rated_with_a_warning(cuda_torch):
+    result = run_module("torch_cuda_archs", {"python": cuda_torch, "require": ["12.2"]})
+    assert result["event"] == "runner_on_ok", result.get("msg")
+    assert result["require"] == ["12.2"]
+    assert result["missing"] == []  # plain sm_120 runs on every 12.x
+    assert result["warnings"] == [
+        f"capability 12.2 is not one of the known NVIDIA GPU capabilities ({', '.join(KNOWN_CAPABILITIES)}); "
+        "it was rated with the same rules, which a new architecture may not follow"]
 
 
 def test_cpu_build(cpu_torch):

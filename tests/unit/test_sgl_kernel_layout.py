@@ -67,7 +67,7 @@ def test_root_fallback_when_the_variant_directory_is_missing(tmp_path):
     assert result["message"].startswith(
         "common_ops.abi3.so has no code for 12.0: no device code (sm100/common_ops.* is missing, so the "
         "loader falls back to the package-root common_ops); install an sglang-kernel build whose "
-        "sm100/common_ops has code for 12.0 (e.g. sm_120a or sm_120f)")
+        "sm100/common_ops has code for 12.0 (sm_120f, sm_120a, sm_120 or compute_120 PTX)")
     assert result["package_version"] is None
 
 

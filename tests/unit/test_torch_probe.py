@@ -4,11 +4,9 @@ The probe itself runs against real torch installs in tests/integration/test_torc
 """
 
 import pytest
-from ansible.module_utils.cuda_arch import ArchError
 from ansible.module_utils.torch_probe import (
     check_requirements,
     missing_capabilities,
-    parse_capabilities,
     split_arch_list,
 )
 
@@ -39,17 +37,6 @@ def test_split_arch_list():
 ])
 def test_missing_capabilities(arch_list, require, missing):
     assert missing_capabilities(arch_list, require) == missing
-
-
-def test_parse_capabilities_errors():
-    assert parse_capabilities(["12.0", "120", "sm_90"]) == ["12.0", "12.0", "9.0"]
-    assert parse_capabilities(None) == []
-    with pytest.raises(ArchError, match="write it as a quoted string"):
-        parse_capabilities([12.0])
-    with pytest.raises(ArchError, match="not a CUDA architecture"):
-        parse_capabilities(["blackwell"])
-    with pytest.raises(ArchError, match="not the compute capability of any known NVIDIA GPU"):
-        parse_capabilities(["9.9"])
 
 
 def test_cpu_build_message_names_a_cuda_index():
