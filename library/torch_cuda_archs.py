@@ -189,8 +189,7 @@ def check_torch(module):
         facts = inspect_torch(params["python"], require, timeout=params["timeout"])
     except TorchProbeError as exc:
         module.fail_json(msg=str(exc))
-    facts["require"] = require
-    problem = check_requirements(facts, require, params["cuda_index_url"])
+    problem = check_requirements(facts, params["cuda_index_url"])
     if problem and (fail_on_missing or facts["build"] != "cuda"):
         module.fail_json(msg=problem, changed=False, **facts)
     module.exit_json(changed=False, **facts)

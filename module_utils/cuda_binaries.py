@@ -16,7 +16,7 @@ def inspect_binaries(paths, capabilities):
     missing path or an unreadable, truncated or corrupt binary. Returns
     {"files": [...], "missing": {capability: [paths]}, "counts": {...}}: see the module's RETURN.
     """
-    files = []
+    files, with_code = [], 0
     missing = {capability: [] for capability in capabilities}
     for path in iter_candidate_files(paths):
         code = scan_file(path)
@@ -24,13 +24,13 @@ def inspect_binaries(paths, capabilities):
         if code.lto:
             entry["lto"] = code.lto
         if code.sass or code.ptx or code.lto:
+            with_code += 1
             for capability in capabilities:
                 how = runs_on(code.sass, code.ptx, capability)
                 entry["runs_on"][capability] = how
                 if not how:
                     missing[capability].append(path)
         files.append(entry)
-    with_code = sum(1 for entry in files if entry["sass"] or entry["ptx"] or entry.get("lto"))
     counts = {"files": len(files), "with_device_code": with_code,
               "without_device_code": len(files) - with_code}
     return {"files": files, "missing": missing, "counts": counts}

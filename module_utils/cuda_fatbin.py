@@ -70,7 +70,7 @@ _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
-Section = namedtuple("Section", ["name", "type", "offset", "size", "link"])
+Section = namedtuple("Section", ["name", "type", "offset", "size"])
 
 
 class FatbinError(Exception):
@@ -209,12 +209,12 @@ def _sections(image, header):
     image.check_span(names_offset, names_size, "ELF section name table")
     names_end = names_offset + names_size
     sections = []
-    for sh_name, sh_type, _flags, _addr, offset, size, link, _info, _align, _entsize in raw:
+    for sh_name, sh_type, _flags, _addr, offset, size, _link, _info, _align, _entsize in raw:
         start = names_offset + sh_name
         end = image.data.find(b"\0", start, names_end) if start < names_end else -1
         if end < 0:
             image.fail(f"corrupt ELF: section name at {sh_name} outside the name table")
-        sections.append(Section(image.data[start:end], sh_type, offset, size, link))
+        sections.append(Section(image.data[start:end], sh_type, offset, size))
     return sections
 
 

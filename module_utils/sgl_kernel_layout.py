@@ -79,10 +79,6 @@ def find_variants(package_dir):
     return variants
 
 
-def relative_name(package_dir, path):
-    return os.path.relpath(path, package_dir)
-
-
 def package_version(package_dir):
     """``__version__`` from sgl_kernel/version.py, read as text (importing would load torch)."""
     try:
@@ -99,10 +95,8 @@ def _scan(package_dir, path):
     try:
         code = scan_file(path)
     except FatbinError as exc:
-        raise LayoutError(f"{relative_name(package_dir, path)} in {package_dir} is not a readable shared "
+        raise LayoutError(f"{os.path.relpath(path, package_dir)} in {package_dir} is not a readable shared "
                           f"object ({exc}); reinstall sglang-kernel") from None
-    except OSError as exc:
-        raise LayoutError(f"cannot read {path}: {exc}") from None
     return list(code.sass), list(code.ptx)
 
 
@@ -141,7 +135,7 @@ def inspect_layout(package_dir, capability):
                              "library\"); reinstall sglang-kernel")
         return result
     chosen = variants[selected]
-    name = relative_name(package_dir, chosen["path"])
+    name = os.path.relpath(chosen["path"], package_dir)
     if capability is None:
         result["message"] = (f"no GPU capability given or found, so coverage is unknown; without a GPU "
                              f"the loader loads {name}, which holds "
@@ -154,7 +148,7 @@ def inspect_layout(package_dir, capability):
         return result
     advice = [f"install an sglang-kernel build whose {first_choice}/common_ops has code for {capability} "
               f"({describe_targets(capability)}) or build it from source for that target"]
-    others = [relative_name(package_dir, v["path"])
+    others = [os.path.relpath(v["path"], package_dir)
               for n, v in variants.items() if n != selected and v["runs_on"]]
     if others:
         advice.append(f"{', '.join(others)} has code for {capability} but the loader does not pick it for "

@@ -130,8 +130,9 @@ def cuda_index_hint(facts, index_url):
             f"x86_64 torch=={version} from PyPI is a CUDA build too")
 
 
-def check_requirements(facts, require, index_url=None):
-    """Error message when torch cannot serve ``require`` (canonical capabilities), else None."""
+def check_requirements(facts, index_url=None):
+    """Error message when torch cannot serve ``facts["require"]`` (see rate), else None."""
+    require = facts["require"]
     if not require:
         return None
     where = f"torch {facts['torch_version']} in {facts['python']}"
@@ -142,24 +143,29 @@ def check_requirements(facts, require, index_url=None):
     if facts["build"] == "rocm":
         return (f"{where} is a ROCm build (HIP {facts['hip_version']}): it cannot run on NVIDIA GPUs of "
                 f"capability {wanted}. {cuda_index_hint(facts, index_url)}")
-    missing = missing_capabilities(facts["arch_list"], require)
-    if missing:
+    if facts["missing"]:
+        arch_list = " ".join(facts["arch_list"]) or "(empty)"
         return (f"{where} (CUDA {facts['cuda_version']}) has no code for capability "
-                f"{', '.join(missing)}: its arch list is {' '.join(facts['arch_list']) or '(empty)'}. "
+                f"{', '.join(facts['missing'])}: its arch list is {arch_list}. "
                 "Install a torch build whose arch list covers it (newer torch/CUDA, or a build with "
                 "TORCH_CUDA_ARCH_LIST including it)")
     return None
 
 
-def inspect_torch(python, require=(), timeout=120):
-    """probe_torch plus ``missing`` for ``require`` and ``covered`` per visible device."""
-    facts = probe_torch(python, timeout=timeout)
+def rate(facts, require):
+    """Add ``require``, ``missing`` (all of it for a non-CUDA build) and ``covered`` per device to facts."""
     arch_list = facts["arch_list"] if facts["build"] == "cuda" else []
+    facts["require"] = list(require)
     facts["missing"] = list(require) if facts["build"] != "cuda" else missing_capabilities(arch_list, require)
-    for device in facts["devices"]:
+    for device in facts.get("devices", []):
         try:
             capability = parse_capability(device["capability"], known_only=False)
             device["covered"] = not missing_capabilities(arch_list, [capability])
         except ArchError:
             device["covered"] = None
     return facts
+
+
+def inspect_torch(python, require=(), timeout=120):
+    """probe_torch, rated for ``require`` (canonical capabilities)."""
+    return rate(probe_torch(python, timeout=timeout), require)

@@ -167,7 +167,7 @@ def main():
 
     def torch_archs():
         facts = inspect_torch(args.python, capabilities)
-        facts["problem"] = check_requirements(facts, capabilities)
+        facts["problem"] = check_requirements(facts)
         return facts
 
     section(report, "torch_cuda_archs", torch_archs)
