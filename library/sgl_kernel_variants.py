@@ -13,6 +13,10 @@ description:
     capability, 9.0 -> C(sm90), every other capability and no GPU -> C(sm100), then the package-root
     C(common_ops), and tells whether that file can run on the capability. A miss comes with a message that
     names the file, its arches and what to do.
+  - The answer is the file the loader tries first. Upstream also falls back to the package-root
+    C(common_ops) when that file exists but fails to load (for example a torch ABI mismatch), and last
+    to a top-level C(import common_ops); whether a file loads is only known by loading it, which is
+    what O(import_check) does.
   - With O(import_check) on a GPU host, imports torch then sgl_kernel in that interpreter and reports which
     file was actually loaded, or the error (an C(undefined symbol) means a torch ABI mismatch).
   - Never changes anything.

@@ -7,6 +7,12 @@ all, then falls back to ``sgl_kernel/common_ops.*``. So a 12.0 GPU runs the ``sm
 file holds code for 12.0 is what decides, not the directory's name. This module replicates that choice
 without importing anything and reads the arches of each file with the fatbin scanner.
 
+Limit of a static answer: the loader also falls back to the package-root ``common_ops`` when the variant
+file exists but fails to load (a torch ABI mismatch, a missing CUDA library), and last tries a top-level
+``import common_ops`` from sys.path. Whether a file loads is only known by loading it, so what is
+reported here is the file the loader tries first; the import check (sgl_kernel_probe, on a GPU host)
+reports what actually loaded.
+
 Stdlib only, Python 3.8+ (runs on managed hosts).
 """
 
@@ -131,14 +137,16 @@ def inspect_layout(package_dir, capability):
     if selected is None:
         result["selected_covers"] = False
         result["message"] = (f"no {first_choice}/common_ops.* and no package-root common_ops.* in "
-                             f"{package_dir}: import sgl_kernel will fail (\"Could not load any common_ops "
+                             f"{package_dir}: the loader finds nothing to load in the package, so import "
+                             "sgl_kernel could only succeed through its last fallback, a top-level "
+                             "common_ops module elsewhere on sys.path (else \"Could not load any common_ops "
                              "library\"); reinstall sglang-kernel")
         return result
     chosen = variants[selected]
     name = os.path.relpath(chosen["path"], package_dir)
     if capability is None:
         result["message"] = (f"no GPU capability given or found, so coverage is unknown; without a GPU "
-                             f"the loader loads {name}, which holds "
+                             f"the loader tries {name} first, which holds "
                              f"{describe_archs(chosen['sass'], chosen['ptx'])}")
         return result
     result["selected_covers"] = bool(chosen["runs_on"])
@@ -148,11 +156,16 @@ def inspect_layout(package_dir, capability):
         return result
     advice = [f"install an sglang-kernel build whose {first_choice}/common_ops has code for {capability} "
               f"({describe_targets(capability)}) or build it from source for that target"]
-    others = [os.path.relpath(v["path"], package_dir)
-              for n, v in variants.items() if n != selected and v["runs_on"]]
-    if others:
-        advice.append(f"{', '.join(others)} has code for {capability} but the loader does not pick it for "
-                      "this capability")
+    for other, variant in variants.items():
+        if other == selected or not variant["runs_on"]:
+            continue
+        other_name = os.path.relpath(variant["path"], package_dir)
+        if other == ROOT_VARIANT:
+            advice.append(f"{other_name} has code for {capability}, but the loader falls back to it only "
+                          f"when {name} fails to load")
+        else:
+            advice.append(f"{other_name} has code for {capability} but the loader does not pick it for "
+                          "this capability")
     code = describe_archs(chosen["sass"], chosen["ptx"])
     result["message"] = f"{name} has no code for {capability}: {code} ({how}); " + "; ".join(advice)
     return result

@@ -110,6 +110,18 @@ def test_sm100_variants(tmp_path, cuda_fixtures, fixture, capability, runs_on):
     assert result["selected_covers"] is bool(runs_on)
 
 
+def test_root_fallback_with_code_is_not_what_the_loader_tries_first(tmp_path, cuda_fixtures):
+    package = tree(tmp_path, cuda_fixtures, {"sm100/common_ops.abi3.so": "sm_100a.so",
+                                             "common_ops.abi3.so": "sm_120a.so"})
+    result = check_sgl_kernel(package_dir=package, capability="12.0")
+    assert result["selected_variant"] == "sm100"
+    assert result["selected_covers"] is False
+    assert result["variants"]["root"]["runs_on"] == "sass"
+    assert result["message"].endswith(
+        "; common_ops.abi3.so has code for 12.0, but the loader falls back to it only when "
+        "sm100/common_ops.abi3.so fails to load")
+
+
 def test_root_only_tree(tmp_path, cuda_fixtures):
     package = tree(tmp_path, cuda_fixtures, {"common_ops.abi3.so": "sm_120a.so"})
     on_12 = check_sgl_kernel(package_dir=package, capability="12.0")
