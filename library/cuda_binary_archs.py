@@ -112,6 +112,16 @@ counts:
   description: Number of files scanned, with device code and without.
   returned: always
   type: dict
+  contains:
+    files:
+      description: Files scanned.
+      type: int
+    with_device_code:
+      description: Files with SASS, PTX or LTO-IR.
+      type: int
+    without_device_code:
+      description: Files without any.
+      type: int
   sample: {files: 14, with_device_code: 4, without_device_code: 10}
 """
 

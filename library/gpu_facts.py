@@ -77,6 +77,28 @@ gpus:
   returned: always
   type: list
   elements: dict
+  contains:
+    index:
+      description: nvidia-smi's index.
+      type: int
+    name:
+      description: Product name.
+      type: str
+    uuid:
+      description: GPU UUID.
+      type: str
+    capability:
+      description: Compute capability, a string; null on drivers before 510.
+      type: str
+    memory_total_mib:
+      description: Total memory in MiB, or null when not reported.
+      type: int
+    pci_bus_id:
+      description: PCI bus id.
+      type: str
+    driver_version:
+      description: Driver version nvidia-smi reports for this GPU.
+      type: str
   sample:
     - {index: 0, name: NVIDIA H200, uuid: GPU-3b2c..., capability: "9.0", memory_total_mib: 143771,
        pci_bus_id: "00000000:18:00.0", driver_version: 580.95.05}

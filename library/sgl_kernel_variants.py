@@ -102,7 +102,9 @@ package_version:
   type: str
   sample: 0.4.10
 python:
-  description: Interpreter used (located the package, ran the import check), or null.
+  description: >-
+    The interpreter that located the package (O(python)); null with O(package_dir). The one that ran
+    the import check is C(import_check.python).
   returned: always
   type: str
 capability:
@@ -114,7 +116,9 @@ capability_source:
   returned: always
   type: str
 gpu_reason:
-  description: Why nvidia-smi found no GPU, when it was asked (no O(capability), or O(import_check)).
+  description: >-
+    When nvidia-smi was asked (no O(capability), or O(import_check)): why it gave no GPU, or no
+    capability (drivers before 510 list GPUs without one); null otherwise.
   returned: always
   type: str
 variants:
@@ -146,12 +150,58 @@ message:
   type: str
   sample: "sm100/common_ops.abi3.so has no code for 12.1: sm_80 sm_89 sm_90 sm_90a sm_100f sm_120a ..."
 import_check:
-  description: >-
-    With O(import_check): C(status) (ok, failed or skipped), C(reason) when skipped, C(loaded_file),
-    C(loaded_expected) (whether it is C(selected_path)), C(torch_version), C(torch_capability),
-    C(error), C(failed_at) and C(hint) on failure.
+  description: With O(import_check), what importing torch then sgl_kernel did.
   returned: when O(import_check) is true
   type: dict
+  contains:
+    status:
+      description: C(ok), C(failed) or C(skipped).
+      type: str
+    reason:
+      description: Why the import was skipped (no usable GPU, or a package_dir not named sgl_kernel).
+      type: str
+    python:
+      description: The interpreter that ran the import (O(python), else the one running this module).
+      type: str
+    torch_version:
+      description: C(torch.__version__) there.
+      type: str
+    torch_cuda_version:
+      description: C(torch.version.cuda) there; null for a CPU build.
+      type: str
+    cuda_available:
+      description: C(torch.cuda.is_available()) there.
+      type: bool
+    torch_capability:
+      description: Capability of torch's current device, which is what the loader picks by.
+      type: str
+    sgl_kernel_file:
+      description: The C(sgl_kernel/__init__.py) that was imported.
+      type: str
+    loaded_file:
+      description: The C(common_ops) file the loader loaded.
+      type: str
+    expected_path:
+      description: >-
+        The file the loader tries first for C(torch_capability) (no GPU in torch: its no-GPU choice),
+        or null when the package has none.
+      type: str
+    loaded_expected:
+      description: >-
+        Whether C(loaded_file) is C(expected_path); false means the loader fell back (that file did
+        not load) or loaded another package.
+      type: bool
+    error:
+      description: The exception of a failed import or probe.
+      type: str
+    failed_at:
+      description: C(import torch) or C(import sgl_kernel).
+      type: str
+    hint:
+      description: >-
+        What a known failure means and what to do (an C(undefined symbol) is a torch ABI mismatch),
+        or null.
+      type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule

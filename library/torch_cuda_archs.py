@@ -139,6 +139,19 @@ devices:
   returned: always
   type: list
   elements: dict
+  contains:
+    index:
+      description: torch's device index.
+      type: int
+    name:
+      description: C(torch.cuda.get_device_name()).
+      type: str
+    capability:
+      description: Compute capability, a string.
+      type: str
+    covered:
+      description: Whether arch_list runs on this device (null when its capability is unreadable).
+      type: bool
   sample: [{index: 0, name: NVIDIA H200, capability: "9.0", covered: true}]
 require:
   description: O(require) as canonical capability strings.

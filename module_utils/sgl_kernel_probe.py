@@ -174,6 +174,9 @@ def check_sgl_kernel(*, python=None, package_dir=None, capability=None, import_c
         raise SglKernelProbeError(str(exc)) from None
     result["capability_source"] = source
     result["gpu_reason"] = gpu["reason"] if gpu else None
+    if source == "none" and gpu["present"]:
+        result["gpu_reason"] = (f"nvidia-smi lists {len(gpu['gpus'])} GPU(s) but no compute capability "
+                                "(drivers before 510 cannot report it); give capability")
     if import_check:
         if not gpu["present"]:
             result["import_check"] = {"status": "skipped",

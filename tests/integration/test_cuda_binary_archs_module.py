@@ -9,6 +9,7 @@ import pytest
 from ansible.module_utils.cuda_arch import KNOWN_CAPABILITIES
 from ansible_run import run_module, run_playbook
 from cudabuild import compiled_fixtures
+from documented import assert_documented
 
 pytestmark = pytest.mark.integration
 cuda_fixtures = compiled_fixtures  # the session fixture, under the name the tests ask for
@@ -58,6 +59,7 @@ def test_reports_every_file_and_where_it_runs(libdir):
         "10.3": [str(libdir / "libmulti.so"), str(libdir / "kernels/libb200.so.1")],
     }
     assert result["counts"] == {"files": 4, "with_device_code": 3, "without_device_code": 1}
+    assert_documented("cuda_binary_archs", result)
 
 
 def test_require_fails_by_default_and_names_the_files(libdir):
@@ -102,6 +104,7 @@ def test_lto_ir_is_reported_and_runs_nowhere(cuda_fixtures):
     assert entry["lto"] == ["lto_90", "lto_100f"]
     assert entry["runs_on"] == {"9.0": False}
     assert "lto_90 (LTO-IR, runs only after a device link)" in result["msg"]
+    assert_documented("cuda_binary_archs", result)
 
 
 def test_bad_input_fails_with_an_actionable_message(cuda_fixtures, tmp_path):

@@ -1,4 +1,5 @@
-"""sgl_kernel_variants' import check against the real upstream loader, with torch on a GPU stood in.
+"""sgl_kernel_variants' import check against the real upstream loader, with torch on a GPU stood in
+(and torch_cuda_archs on the same stand-in, for a visible device).
 
 The loader picks the common_ops variant from torch's current device, which can differ from the
 capability the check was asked about, or from nvidia-smi's first GPU (mixed GPUs, CUDA_VISIBLE_DEVICES):
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from ansible.module_utils.sgl_kernel_probe import check_sgl_kernel
 from ansible_run import run_module
+from documented import assert_documented
 from sglkernel import unpacked_package
 from venvs import make_venv
 
@@ -107,3 +109,15 @@ def test_module_reports_the_expected_file(tmp_path):
     assert imported["python"] == python
     assert imported["expected_path"] == imported["loaded_file"] == str(package / "sm90" / "common_ops.py")
     assert imported["loaded_expected"] is True
+    assert_documented("sgl_kernel_variants", result)
+
+
+def test_torch_cuda_archs_reports_the_visible_device(tmp_path):
+    python = str(make_venv(tmp_path / "venv", STAND_IN_TORCH))
+    result = run_module("torch_cuda_archs", {"python": python, "require": ["12.0"]},
+                        envvars={"STAND_IN_TORCH_CAPABILITY": "10.3"})
+    assert result["event"] == "runner_on_ok", result.get("msg")
+    assert result["cuda_available"] is True
+    assert result["devices"] == [{"index": 0, "name": "stand-in GPU", "capability": "10.3", "covered": True}]
+    assert result["arch_list"] == ["sm_80", "sm_90", "sm_100", "sm_120"]
+    assert_documented("torch_cuda_archs", result)

@@ -195,6 +195,18 @@ def test_module_import_check_without_gpu(wheel_package):
     assert result["selected_covers"] is None
     assert result["import_check"]["status"] == "skipped"
     assert result["import_check"]["reason"].startswith("no usable GPU on this host (nvidia-smi not found")
+    assert_documented("sgl_kernel_variants", result)
+
+
+def test_module_on_a_driver_without_compute_capability(wheel_package):
+    args, env = gpu_host("a100-driver-470")
+    result = run_module("sgl_kernel_variants", {"package_dir": wheel_package, **args}, envvars=env)
+    assert result["event"] == "runner_on_ok", result.get("msg")
+    assert result["capability"] is None
+    assert result["capability_source"] == "none"
+    assert result["gpu_reason"] == ("nvidia-smi lists 2 GPU(s) but no compute capability (drivers before "
+                                    "510 cannot report it); give capability")
+    assert result["selected_covers"] is None
 
 
 def test_module_import_check_imports_for_real(tmp_path, wheel_package):
