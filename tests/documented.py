@@ -18,13 +18,18 @@ COMMON = {"changed", "failed", "msg", "invocation", "exception", "warnings", "de
           "_ansible_no_log", "task", "event", "skipped", "skip_reason"}
 
 
-def documented_returns(module: str) -> dict:
-    """The RETURN block of library/<module>.py, parsed."""
+def module_block(module: str, name: str) -> dict:
+    """The DOCUMENTATION, EXAMPLES or RETURN block of library/<module>.py, parsed."""
     tree = ast.parse((LIBRARY / f"{module}.py").read_text())
     for node in tree.body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "RETURN":
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == name:
             return yaml.safe_load(node.value.value)
-    raise AssertionError(f"library/{module}.py has no RETURN block")
+    raise AssertionError(f"library/{module}.py has no {name} block")
+
+
+def documented_returns(module: str) -> dict:
+    """The RETURN block of library/<module>.py, parsed."""
+    return module_block(module, "RETURN")
 
 
 def undocumented(result: dict, spec: dict, where: str = "", common: set[str] = frozenset()) -> list[str]:

@@ -99,16 +99,21 @@ def torch_own(python):
 
 
 def agreement(report):
+    """Our modules' answers against torch's and nvidia-smi's own: True/False, None when there is nothing
+    independent to compare (no GPU seen by either; an empty get_arch_list())."""
     facts, torch = report.get("gpu_facts", {}), report.get("torch_own", {})
     archs, variants = report.get("torch_cuda_archs", {}), report.get("sgl_kernel_variants", {})
     ours = sorted((g["name"], g["capability"]) for g in facts.get("gpus", []))
     theirs = sorted((d["name"], d["capability"]) for d in torch.get("devices", []))
-    flags = torch.get("torch._C._cuda_getArchFlags()")
-    torch_list = flags.split() if flags else torch.get("torch.cuda.get_arch_list()")
+    # get_arch_list() is the public API, a different path from the _cuda_getArchFlags() our probe reads;
+    # it answers on GPU hosts (and without a GPU from torch 2.13), else [].
+    torch_list = torch.get("torch.cuda.get_arch_list()")
     return {
-        "gpu_facts_devices_equal_torch_devices": ours == theirs if theirs else None,
-        "torch_cuda_archs_arch_list_equals_torch": archs.get("arch_list") == torch_list,
-        "sgl_kernel_loaded_the_selected_file": variants.get("import_check", {}).get("loaded_expected"),
+        "gpu_facts_devices_equal_torch_devices": ours == theirs if ours or theirs else None,
+        "torch_cuda_archs_arch_list_equals_torch":
+            archs.get("arch_list") == torch_list if torch_list else None,
+        # the file the loader picks for torch's current device (import_check.expected_path)
+        "sgl_kernel_loaded_the_expected_file": variants.get("import_check", {}).get("loaded_expected"),
     }
 
 

@@ -15,6 +15,7 @@ from ansible.module_utils.cuda_arch import KNOWN_CAPABILITIES, sorted_archs
 from ansible.module_utils.sgl_kernel_probe import check_sgl_kernel
 from ansible_run import run_module
 from cudabuild import compiled_fixtures
+from cuobjdump import as_cuobjdump_lists, cuobjdump_listing
 from documented import assert_documented
 from sglkernel import SGLANG_KERNEL_VERSION, unpacked_package
 from torchenv import torch_python
@@ -59,6 +60,15 @@ def test_released_wheel(wheel_package, capability, selected, covers):
     assert result["selected_path"] == f"{wheel_package}/{selected}/common_ops.abi3.so"
     assert result["selected_covers"] is covers
     assert result["capability_source"] == ("param" if capability else "none")
+
+
+@pytest.mark.parametrize("variant", ["sm90", "sm100"])
+def test_released_wheel_agrees_with_cuobjdump(wheel_package, variant):
+    # WHEEL_ARCHES is what the shared upstream facts say; cuobjdump is the independent oracle.
+    result = check_sgl_kernel(package_dir=wheel_package, capability="9.0")["variants"][variant]
+    oracle = cuobjdump_listing(result["path"])
+    assert as_cuobjdump_lists(result["sass"], result["ptx"]) == oracle
+    assert oracle.sass  # the oracle saw code: the comparison is not between two empty sets
 
 
 def test_released_wheel_on_12_1_explains_the_miss(wheel_package):
@@ -279,6 +289,8 @@ def test_gpu_host_report_runs_without_ansible(tmp_path, wheel_package):
     assert report["host"]["python"] == torch
     assert report["torch_own"]["torch.__version__"] == report["torch_cuda_archs"]["torch_version"]
     assert report["agreement"]["torch_cuda_archs_arch_list_equals_torch"] is True
+    if not shutil.which("nvidia-smi"):
+        assert report["agreement"]["gpu_facts_devices_equal_torch_devices"] is None
     assert report["sgl_kernel_variants"]["selected_variant"] == "sm100"
     assert sorted(report["sgl_kernel_variants"]["variants"]) == ["sm100", "sm90"]
     assert report["gpu_facts"]["present"] is bool(shutil.which("nvidia-smi"))

@@ -20,6 +20,7 @@ from ansible.module_utils.nvidia_smi import (
     parse_query,
     read_kernel_module_version,
 )
+from documented import module_block
 from processes import AFTER_TIMEOUT, gone, kill_pid_in
 
 STAND_INS = Path(__file__).resolve().parent.parent / "stand_ins"
@@ -170,7 +171,12 @@ def test_kernel_module_version_files(tmp_path):
     assert read_kernel_module_version([str(tmp_path / "absent"), str(proc)]) == ("570.172.08", str(proc))
     assert read_kernel_module_version([str(sys_file), str(proc)]) == ("580.95.05", str(sys_file))
     assert read_kernel_module_version([str(tmp_path / "absent")]) == (None, None)
-    assert KERNEL_MODULE_VERSION_FILES[0] == "/sys/module/nvidia/version"
+
+
+def test_documented_default_module_version_files_are_the_ones_read():
+    # Users read the module's documented default; the code reads KERNEL_MODULE_VERSION_FILES.
+    options = module_block("gpu_facts", "DOCUMENTATION")["options"]
+    assert options["kernel_module_version_files"]["default"] == list(KERNEL_MODULE_VERSION_FILES)
 
 
 def test_parse_query_values():
