@@ -19,7 +19,8 @@ author: sglang-fleet maintainers
 options:
   nvidia_smi:
     description:
-      - Path of nvidia-smi. Default is the one on the remote PATH, then the usual install directories.
+      - Path of nvidia-smi; a bare name is looked up on the remote PATH. Default is nvidia-smi on the
+        remote PATH, then the usual install directories.
     type: path
   timeout:
     description:

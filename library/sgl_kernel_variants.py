@@ -26,9 +26,9 @@ options:
   python:
     description:
       - Interpreter of the environment that has sglang-kernel installed. The package is located with
-        C(importlib.util.find_spec), which does not import it. Exactly one of O(python) and
-        O(package_dir) is required.
-    type: str
+        C(importlib.util.find_spec), which does not import it. A bare name is looked up on the remote
+        PATH. Exactly one of O(python) and O(package_dir) is required.
+    type: path
   package_dir:
     description:
       - An C(sgl_kernel) package directory to inspect directly (e.g. an unpacked wheel). With
@@ -48,7 +48,8 @@ options:
     default: false
   nvidia_smi:
     description:
-      - Path of nvidia-smi used to find the GPU. Default is the one on the remote PATH.
+      - Path of nvidia-smi used to find the GPU; a bare name is looked up on the remote PATH. Default
+        is nvidia-smi on the remote PATH, then the usual install directories.
     type: path
   timeout:
     description:
@@ -211,7 +212,7 @@ from ansible.module_utils.sgl_kernel_probe import SglKernelProbeError, check_sgl
 def main():
     module = AnsibleModule(
         argument_spec={
-            "python": {"type": "str"},
+            "python": {"type": "path"},
             "package_dir": {"type": "path"},
             "capability": {"type": "raw"},
             "import_check": {"type": "bool", "default": False},

@@ -23,9 +23,9 @@ author: sglang-fleet maintainers
 options:
   python:
     description:
-      - Interpreter of the environment to inspect, e.g. C(/opt/sglang/venv/bin/python). A bare name is
-        looked up on the remote PATH. Must exist and be executable.
-    type: str
+      - Interpreter of the environment to inspect, e.g. C(/opt/sglang/venv/bin/python) or
+        C(~/venv/bin/python). A bare name is looked up on the remote PATH. Must exist and be executable.
+    type: path
     required: true
   require:
     description:
@@ -174,7 +174,7 @@ from ansible.module_utils.torch_probe import TorchProbeError, check_requirements
 def main():
     module = AnsibleModule(
         argument_spec={
-            "python": {"type": "str", "required": True},
+            "python": {"type": "path", "required": True},
             "require": {"type": "list", "elements": "raw", "default": []},
             "fail_on_missing": {"type": "bool"},
             "cuda_index_url": {"type": "str"},

@@ -35,7 +35,10 @@ class NvidiaSmiError(Exception):
 
 
 def find_nvidia_smi(path=None):
-    """Path of nvidia-smi: ``path`` itself when given (None if it is not an executable), else PATH."""
+    """Path of nvidia-smi: ``path`` itself when given (a bare name is looked up on PATH; None if it is not
+    an executable), else nvidia-smi on PATH, then in the usual install directories."""
+    if path and os.sep not in path:
+        return shutil.which(path)
     if path:
         return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
     found = shutil.which("nvidia-smi")
@@ -151,8 +154,12 @@ def gpu_facts(nvidia_smi=None, timeout=30, module_version_files=KERNEL_MODULE_VE
              "kernel_module_mismatch": None, "reload_required": False, "reload_reason": None}
     binary = find_nvidia_smi(nvidia_smi)
     if binary is None:
-        facts["reason"] = (f"nvidia-smi not found at {nvidia_smi}" if nvidia_smi
-                           else "nvidia-smi not found on PATH (no NVIDIA driver installed)")
+        if not nvidia_smi:
+            facts["reason"] = "nvidia-smi not found on PATH (no NVIDIA driver installed)"
+        elif os.sep in nvidia_smi:
+            facts["reason"] = f"nvidia-smi not found at {nvidia_smi}"
+        else:
+            facts["reason"] = f"{nvidia_smi} not found on PATH"
         return facts
     facts["nvidia_smi"] = binary
     fields = QUERY_FIELDS

@@ -265,6 +265,14 @@ def test_module_python_without_sgl_kernel(tmp_path):
                              "environment, or give package_dir to inspect an unpacked package")
 
 
+def test_module_python_path_with_tilde_is_expanded(tmp_path):
+    make_venv(tmp_path / "venv")
+    failed = run_module("sgl_kernel_variants", {"python": "~/venv/bin/python"},
+                        envvars={"HOME": str(tmp_path)})
+    assert failed["event"] == "runner_on_failed"
+    assert failed["msg"].startswith(f"sgl_kernel is not installed for {tmp_path}/venv/bin/python;")
+
+
 def test_module_truncated_library(tmp_path, cuda_fixtures):
     package = tree(tmp_path, cuda_fixtures, {"sm100/common_ops.abi3.so": "sm_120a.so"})
     library = Path(package, "sm100", "common_ops.abi3.so")

@@ -124,6 +124,13 @@ def test_python_without_torch(bare_venv):
     assert failed["msg"].startswith(f"torch is not installed for {python} (No module named 'torch')")
 
 
+def test_python_path_with_tilde_is_expanded(tmp_path):
+    make_venv(tmp_path / "venv")
+    failed = run_module("torch_cuda_archs", {"python": "~/venv/bin/python"}, envvars={"HOME": str(tmp_path)})
+    assert failed["event"] == "runner_on_failed"
+    assert failed["msg"].startswith(f"torch is not installed for {tmp_path}/venv/bin/python (No module named")
+
+
 def test_system_python_without_torch():
     probe = subprocess.run(["python3", "-c", "import torch"], capture_output=True, check=False)
     if probe.returncode == 0:

@@ -6,6 +6,7 @@ files) is real.
 """
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -160,6 +161,16 @@ def test_named_nvidia_smi_that_does_not_exist(tmp_path):
     facts = gpu_facts(str(tmp_path / "nvidia-smi"), module_version_files=[])
     assert facts["present"] is False
     assert facts["reason"] == f"nvidia-smi not found at {tmp_path / 'nvidia-smi'}"
+
+
+def test_nvidia_smi_given_by_name_is_looked_up_on_path(monkeypatch):
+    monkeypatch.setenv("NVIDIA_SMI_RECORDING", str(RECORDINGS / "h200-x8"))
+    monkeypatch.setenv("PATH", f"{STAND_INS}{os.pathsep}{os.environ['PATH']}")
+    facts = gpu_facts("nvidia-smi", module_version_files=[])
+    assert facts["present"] is True
+    assert facts["nvidia_smi"] == STAND_IN
+    missing = gpu_facts("nvidia-smi-that-is-not-there", module_version_files=[])
+    assert missing["reason"] == "nvidia-smi-that-is-not-there not found on PATH"
 
 
 def test_kernel_module_version_files(tmp_path):
