@@ -30,7 +30,8 @@ options:
   require:
     description:
       - GPU compute capabilities every file with device code must run on, as strings
-        (C("12.0"), C("120") or C("sm_120") all mean 12.0). Quote them in YAML.
+        (C("12.0"), C("120") or C("sm_120") all mean 12.0). Quote them in YAML. A capability that no
+        known GPU has (a newer GPU) is rated by the same rules, with a warning.
     type: list
     elements: raw
     default: []

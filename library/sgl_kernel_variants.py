@@ -38,7 +38,8 @@ options:
   capability:
     description:
       - Compute capability to check, as a string (V("12.0")). Default is the first GPU's from nvidia-smi;
-        with no GPU the loader's no-GPU choice is reported and C(selected_covers) is null.
+        with no GPU the loader's no-GPU choice is reported and C(selected_covers) is null. A capability
+        that no known GPU has (a newer GPU) is checked by the same rules, with a warning.
     type: raw
   import_check:
     description:
@@ -133,7 +134,7 @@ variants:
     sm100: {path: /venv/.../sgl_kernel/sm100/common_ops.abi3.so, ptx: [], runs_on: sass, other_files: [],
             sass: [sm_80, sm_89, sm_90, sm_90a, sm_100f, sm_120a]}
 selected_variant:
-  description: Variant the upstream loader picks for the capability, or null when none exists.
+  description: Variant the upstream loader tries first for the capability, or null when none exists.
   returned: always
   type: str
   sample: sm100

@@ -30,7 +30,8 @@ options:
   require:
     description:
       - Compute capabilities that torch must be able to run on, as strings (V("12.0"), V("120"),
-        V("sm_120")). Quote them in YAML; a float such as 12.10 is rejected.
+        V("sm_120")). Quote them in YAML; a float such as 12.10 is rejected. A capability that no known
+        GPU has (a newer GPU) is rated by the same rules, with a warning.
     type: list
     elements: raw
     default: []
