@@ -30,7 +30,8 @@ options:
   require:
     description:
       - GPU compute capabilities every file with device code must run on, as strings
-        (C("12.0"), C("120") or C("sm_120") all mean 12.0). Quote them in YAML.
+        (C("12.0"), C("120") or C("sm_120") all mean 12.0). Quote them in YAML. A capability that no
+        known GPU has (a newer GPU) is rated by the same rules, with a warning.
     type: list
     elements: raw
     default: []
@@ -112,11 +113,21 @@ counts:
   description: Number of files scanned, with device code and without.
   returned: always
   type: dict
+  contains:
+    files:
+      description: Files scanned.
+      type: int
+    with_device_code:
+      description: Files with SASS, PTX or LTO-IR.
+      type: int
+    without_device_code:
+      description: Files without any.
+      type: int
   sample: {files: 14, with_device_code: 4, without_device_code: 10}
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cuda_arch import ArchError
+from ansible.module_utils.cuda_arch import ArchError, parse_requirements
 from ansible.module_utils.cuda_binaries import inspect_binaries, missing_message
 from ansible.module_utils.cuda_fatbin import FatbinError
 
@@ -133,13 +144,13 @@ def main():
     params = module.params
     if not params["paths"]:
         module.fail_json(msg="paths is empty: list at least one file or directory to scan")
-    fail_on_missing = params["fail_on_missing"]
-    if fail_on_missing is None:
-        fail_on_missing = bool(params["require"])
     try:
-        report = inspect_binaries(params["paths"], params["require"])
+        require, fail_on_missing, warnings = parse_requirements(params["require"], params["fail_on_missing"])
+        for warning in warnings:
+            module.warn(warning)
+        report = inspect_binaries(params["paths"], require)
     except ArchError as exc:
-        module.fail_json(msg=f"require: {exc}")
+        module.fail_json(msg=str(exc))
     except FatbinError as exc:
         module.fail_json(msg=f"cannot scan {exc}")
     except Exception as exc:  # never a traceback: say what failed and where

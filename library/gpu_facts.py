@@ -19,7 +19,8 @@ author: sglang-fleet maintainers
 options:
   nvidia_smi:
     description:
-      - Path of nvidia-smi. Default is the one on the remote PATH, then the usual install directories.
+      - Path of nvidia-smi; a bare name is looked up on the remote PATH. Default is nvidia-smi on the
+        remote PATH, then the usual install directories.
     type: path
   timeout:
     description:
@@ -77,6 +78,28 @@ gpus:
   returned: always
   type: list
   elements: dict
+  contains:
+    index:
+      description: nvidia-smi's index.
+      type: int
+    name:
+      description: Product name.
+      type: str
+    uuid:
+      description: GPU UUID.
+      type: str
+    capability:
+      description: Compute capability, a string; null on drivers before 510.
+      type: str
+    memory_total_mib:
+      description: Total memory in MiB, or null when not reported.
+      type: int
+    pci_bus_id:
+      description: PCI bus id.
+      type: str
+    driver_version:
+      description: Driver version nvidia-smi reports for this GPU.
+      type: str
   sample:
     - {index: 0, name: NVIDIA H200, uuid: GPU-3b2c..., capability: "9.0", memory_total_mib: 143771,
        pci_bus_id: "00000000:18:00.0", driver_version: 580.95.05}
@@ -147,6 +170,8 @@ def main():
         facts = gpu_facts(params["nvidia_smi"], params["timeout"], params["kernel_module_version_files"])
     except NvidiaSmiError as exc:
         module.fail_json(msg=f"{exc}; please report this output with the driver version")
+    except Exception as exc:  # never a traceback: say what failed
+        module.fail_json(msg=f"gpu_facts failed unexpectedly: {type(exc).__name__}: {exc}")
     module.exit_json(changed=False, **facts)
 
 

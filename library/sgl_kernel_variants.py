@@ -13,6 +13,10 @@ description:
     capability, 9.0 -> C(sm90), every other capability and no GPU -> C(sm100), then the package-root
     C(common_ops), and tells whether that file can run on the capability. A miss comes with a message that
     names the file, its arches and what to do.
+  - The answer is the file the loader tries first. Upstream also falls back to the package-root
+    C(common_ops) when that file exists but fails to load (for example a torch ABI mismatch), and last
+    to a top-level C(import common_ops); whether a file loads is only known by loading it, which is
+    what O(import_check) does.
   - With O(import_check) on a GPU host, imports torch then sgl_kernel in that interpreter and reports which
     file was actually loaded, or the error (an C(undefined symbol) means a torch ABI mismatch).
   - Never changes anything.
@@ -22,9 +26,9 @@ options:
   python:
     description:
       - Interpreter of the environment that has sglang-kernel installed. The package is located with
-        C(importlib.util.find_spec), which does not import it. Exactly one of O(python) and
-        O(package_dir) is required.
-    type: str
+        C(importlib.util.find_spec), which does not import it. A bare name is looked up on the remote
+        PATH. Exactly one of O(python) and O(package_dir) is required.
+    type: path
   package_dir:
     description:
       - An C(sgl_kernel) package directory to inspect directly (e.g. an unpacked wheel). With
@@ -34,7 +38,8 @@ options:
   capability:
     description:
       - Compute capability to check, as a string (V("12.0")). Default is the first GPU's from nvidia-smi;
-        with no GPU the loader's no-GPU choice is reported and C(selected_covers) is null.
+        with no GPU the loader's no-GPU choice is reported and C(selected_covers) is null. A capability
+        that no known GPU has (a newer GPU) is checked by the same rules, with a warning.
     type: raw
   import_check:
     description:
@@ -44,7 +49,8 @@ options:
     default: false
   nvidia_smi:
     description:
-      - Path of nvidia-smi used to find the GPU. Default is the one on the remote PATH.
+      - Path of nvidia-smi used to find the GPU; a bare name is looked up on the remote PATH. Default
+        is nvidia-smi on the remote PATH, then the usual install directories.
     type: path
   timeout:
     description:
@@ -98,7 +104,9 @@ package_version:
   type: str
   sample: 0.4.10
 python:
-  description: Interpreter used (located the package, ran the import check), or null.
+  description: >-
+    The interpreter that located the package (O(python)); null with O(package_dir). The one that ran
+    the import check is C(import_check.python).
   returned: always
   type: str
 capability:
@@ -110,7 +118,9 @@ capability_source:
   returned: always
   type: str
 gpu_reason:
-  description: Why nvidia-smi found no GPU, when it was asked (no O(capability), or O(import_check)).
+  description: >-
+    When nvidia-smi was asked (no O(capability), or O(import_check)): why it gave no GPU, or no
+    capability (drivers before 510 list GPUs without one); null otherwise.
   returned: always
   type: str
 variants:
@@ -124,7 +134,7 @@ variants:
     sm100: {path: /venv/.../sgl_kernel/sm100/common_ops.abi3.so, ptx: [], runs_on: sass, other_files: [],
             sass: [sm_80, sm_89, sm_90, sm_90a, sm_100f, sm_120a]}
 selected_variant:
-  description: Variant the upstream loader picks for the capability, or null when none exists.
+  description: Variant the upstream loader tries first for the capability, or null when none exists.
   returned: always
   type: str
   sample: sm100
@@ -142,12 +152,58 @@ message:
   type: str
   sample: "sm100/common_ops.abi3.so has no code for 12.1: sm_80 sm_89 sm_90 sm_90a sm_100f sm_120a ..."
 import_check:
-  description: >-
-    With O(import_check): C(status) (ok, failed or skipped), C(reason) when skipped, C(loaded_file),
-    C(loaded_expected) (whether it is C(selected_path)), C(torch_version), C(torch_capability),
-    C(error), C(failed_at) and C(hint) on failure.
+  description: With O(import_check), what importing torch then sgl_kernel did.
   returned: when O(import_check) is true
   type: dict
+  contains:
+    status:
+      description: C(ok), C(failed) or C(skipped).
+      type: str
+    reason:
+      description: Why the import was skipped (no usable GPU, or a package_dir not named sgl_kernel).
+      type: str
+    python:
+      description: The interpreter that ran the import (O(python), else the one running this module).
+      type: str
+    torch_version:
+      description: C(torch.__version__) there.
+      type: str
+    torch_cuda_version:
+      description: C(torch.version.cuda) there; null for a CPU build.
+      type: str
+    cuda_available:
+      description: C(torch.cuda.is_available()) there.
+      type: bool
+    torch_capability:
+      description: Capability of torch's current device, which is what the loader picks by.
+      type: str
+    sgl_kernel_file:
+      description: The C(sgl_kernel/__init__.py) that was imported.
+      type: str
+    loaded_file:
+      description: The C(common_ops) file the loader loaded.
+      type: str
+    expected_path:
+      description: >-
+        The file the loader tries first for C(torch_capability) (no GPU in torch: its no-GPU choice),
+        or null when the package has none.
+      type: str
+    loaded_expected:
+      description: >-
+        Whether C(loaded_file) is C(expected_path); false means the loader fell back (that file did
+        not load) or loaded another package.
+      type: bool
+    error:
+      description: The exception of a failed import or probe.
+      type: str
+    failed_at:
+      description: C(import torch) or C(import sgl_kernel).
+      type: str
+    hint:
+      description: >-
+        What a known failure means and what to do (an C(undefined symbol) is a torch ABI mismatch),
+        or null.
+      type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -157,7 +213,7 @@ from ansible.module_utils.sgl_kernel_probe import SglKernelProbeError, check_sgl
 def main():
     module = AnsibleModule(
         argument_spec={
-            "python": {"type": "str"},
+            "python": {"type": "path"},
             "package_dir": {"type": "path"},
             "capability": {"type": "raw"},
             "import_check": {"type": "bool", "default": False},
@@ -175,6 +231,10 @@ def main():
         result = check_sgl_kernel(**params)
     except SglKernelProbeError as exc:
         module.fail_json(msg=str(exc))
+    except Exception as exc:  # never a traceback: say what failed
+        module.fail_json(msg=f"sgl_kernel_variants failed unexpectedly: {type(exc).__name__}: {exc}")
+    for warning in result.pop("warnings"):
+        module.warn(warning)
     module.exit_json(changed=False, **result)
 
 

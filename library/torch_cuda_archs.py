@@ -23,14 +23,15 @@ author: sglang-fleet maintainers
 options:
   python:
     description:
-      - Interpreter of the environment to inspect, e.g. C(/opt/sglang/venv/bin/python). A bare name is
-        looked up on the remote PATH. Must exist and be executable.
-    type: str
+      - Interpreter of the environment to inspect, e.g. C(/opt/sglang/venv/bin/python) or
+        C(~/venv/bin/python). A bare name is looked up on the remote PATH. Must exist and be executable.
+    type: path
     required: true
   require:
     description:
       - Compute capabilities that torch must be able to run on, as strings (V("12.0"), V("120"),
-        V("sm_120")). Quote them in YAML; a float such as 12.10 is rejected.
+        V("sm_120")). Quote them in YAML; a float such as 12.10 is rejected. A capability that no known
+        GPU has (a newer GPU) is rated by the same rules, with a warning.
     type: list
     elements: raw
     default: []
@@ -139,6 +140,19 @@ devices:
   returned: always
   type: list
   elements: dict
+  contains:
+    index:
+      description: torch's device index.
+      type: int
+    name:
+      description: C(torch.cuda.get_device_name()).
+      type: str
+    capability:
+      description: Compute capability, a string.
+      type: str
+    covered:
+      description: Whether arch_list runs on this device (null when its capability is unreadable).
+      type: bool
   sample: [{index: 0, name: NVIDIA H200, capability: "9.0", covered: true}]
 require:
   description: O(require) as canonical capability strings.
@@ -154,19 +168,14 @@ missing:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cuda_arch import ArchError
-from ansible.module_utils.torch_probe import (
-    TorchProbeError,
-    check_requirements,
-    inspect_torch,
-    parse_capabilities,
-)
+from ansible.module_utils.cuda_arch import ArchError, parse_requirements
+from ansible.module_utils.torch_probe import TorchProbeError, check_requirements, inspect_torch
 
 
 def main():
     module = AnsibleModule(
         argument_spec={
-            "python": {"type": "str", "required": True},
+            "python": {"type": "path", "required": True},
             "require": {"type": "list", "elements": "raw", "default": []},
             "fail_on_missing": {"type": "bool"},
             "cuda_index_url": {"type": "str"},
@@ -174,22 +183,27 @@ def main():
         },
         supports_check_mode=True,
     )
+    try:
+        check_torch(module)
+    except Exception as exc:  # never a traceback: say what failed
+        module.fail_json(msg=f"torch_cuda_archs failed unexpectedly: {type(exc).__name__}: {exc}")
+
+
+def check_torch(module):
     params = module.params
     if params["timeout"] <= 0:
         module.fail_json(msg=f"timeout must be a positive number of seconds, got {params['timeout']}")
     try:
-        require = parse_capabilities(params["require"])
+        require, fail_on_missing, warnings = parse_requirements(params["require"], params["fail_on_missing"])
     except ArchError as exc:
-        module.fail_json(msg=f"require: {exc}")
+        module.fail_json(msg=str(exc))
+    for warning in warnings:
+        module.warn(warning)
     try:
         facts = inspect_torch(params["python"], require, timeout=params["timeout"])
     except TorchProbeError as exc:
         module.fail_json(msg=str(exc))
-    facts["require"] = require
-    fail_on_missing = params["fail_on_missing"]
-    if fail_on_missing is None:
-        fail_on_missing = bool(require)
-    problem = check_requirements(facts, require, params["cuda_index_url"])
+    problem = check_requirements(facts, params["cuda_index_url"])
     if problem and (fail_on_missing or facts["build"] != "cuda"):
         module.fail_json(msg=problem, changed=False, **facts)
     module.exit_json(changed=False, **facts)

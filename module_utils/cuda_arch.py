@@ -8,7 +8,9 @@ Rules (see shared upstream facts and the CUDA compatibility guide):
 - SASS ``sm_XY`` runs on devices of the same major with minor >= Y.
 - SASS ``sm_XYa`` (arch-specific) runs only on exactly X.Y.
 - SASS ``sm_XYf`` (family) runs on the family members: same major, minor >= Y (sm_100f: 10.0, 10.3;
-  sm_120f: 12.0, 12.1).
+  sm_120f: 12.0, 12.1). "Same major, minor >=" is NVIDIA's family exactly for every capability in
+  KNOWN_CAPABILITIES; that is why 10.1 is not listed (Thor's capability under CUDA 12.x, 11.0 since
+  CUDA 13; no current device reports 10.1, and sm_100f code does not run on it).
 - PTX ``compute_XY`` is JIT-compiled by the driver for any device >= X.Y.
 - PTX ``compute_XYa`` only for exactly X.Y; ``compute_XYf`` for the family, like SASS ``f``.
 
@@ -18,10 +20,11 @@ Stdlib only, Python 3.8+ (runs on managed hosts).
 import re
 from collections import namedtuple
 
-# Compute capabilities of NVIDIA GPUs that exist (10.1 is Thor under CUDA 12.x, renamed 11.0 in 13.0).
+# Compute capabilities that current NVIDIA GPUs report (NVIDIA's list for Blackwell: 10.0, 10.3, 11.0,
+# 12.0, 12.1). Binaries may still name sm_101 (Thor before CUDA 13): parse_arch accepts any number.
 KNOWN_CAPABILITIES = (
     "5.0", "5.2", "5.3", "6.0", "6.1", "6.2", "7.0", "7.2", "7.5",
-    "8.0", "8.6", "8.7", "8.8", "8.9", "9.0", "10.0", "10.1", "10.3", "11.0", "12.0", "12.1",
+    "8.0", "8.6", "8.7", "8.8", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1",
 )  # fmt: skip
 
 SUFFIXES = ("", "a", "f")
@@ -99,6 +102,43 @@ def parse_capability(text, known_only=True):
     return capability
 
 
+def parse_capabilities(values, known_only=True, param="require"):
+    """Canonical capability strings for a list of user values, duplicates dropped, order kept.
+
+    Raises ArchError whose message starts with ``param`` (the option the values came from).
+    """
+    capabilities = []
+    for value in values or []:
+        try:
+            capability = parse_capability(value, known_only=known_only)
+        except ArchError as exc:
+            raise ArchError(f"{param}: {exc}") from None
+        if capability not in capabilities:
+            capabilities.append(capability)
+    return capabilities
+
+
+def unknown_capability_warnings(capabilities):
+    """A warning for each canonical capability that no known GPU has (a newer GPU, or a typo)."""
+    return [f"capability {capability} is not one of the known NVIDIA GPU capabilities "
+            f"({', '.join(KNOWN_CAPABILITIES)}); it was rated with the same rules, which a new "
+            "architecture may not follow"
+            for capability in capabilities if capability not in KNOWN_CAPABILITIES]
+
+
+def parse_requirements(require, fail_on_missing=None):
+    """A module's ``require`` and ``fail_on_missing`` options: (capabilities, fail_on_missing, warnings).
+
+    Any well-formed capability is accepted, so that ``require: "{{ gpu.capabilities }}"`` does not fail
+    on a GPU newer than KNOWN_CAPABILITIES; an unknown one gets a warning. ``fail_on_missing`` defaults
+    to true when something is required. Raises ArchError ("require: ...") for a malformed value.
+    """
+    capabilities = parse_capabilities(require, known_only=False)
+    if fail_on_missing is None:
+        fail_on_missing = bool(capabilities)
+    return capabilities, fail_on_missing, unknown_capability_warnings(capabilities)
+
+
 def capability_tuple(capability):
     """(major, minor) ints for a canonical capability string such as "12.0"."""
     _kind, arch = parse_arch(capability)
@@ -119,6 +159,37 @@ def arch_sort_key(name):
 def sorted_archs(names):
     """Unique arch strings, sorted numerically."""
     return sorted(set(names), key=arch_sort_key)
+
+
+def describe_archs(sass, ptx, lto=()):
+    """"sm_80, sm_90a, compute_90" for the code of one file; "no device code" when it has none."""
+    names = [*sass, *ptx, *(f"{name} (LTO-IR, runs only after a device link)" for name in lto)]
+    return ", ".join(names) or "no device code"
+
+
+def targets_for(capability):
+    """Build targets whose code runs on ``capability``, the most useful first.
+
+    Family (from 10.x, named after the oldest known member, so sm_120f for 12.1 also covers 12.0), then
+    arch-specific (from 9.0), then plain SASS and PTX: a/f come first because plain sm_100/sm_120 builds
+    of CUTLASS kernels compile to trap stubs (shared upstream facts).
+    """
+    major, minor = capability_tuple(capability)
+    number = f"{major}{minor}"
+    targets = []
+    if major >= 10:
+        family = [capability_tuple(c)[1] for c in KNOWN_CAPABILITIES
+                  if capability_tuple(c)[0] == major and capability_tuple(c)[1] <= minor]
+        targets.append(f"sm_{major}{min(family, default=minor)}f")
+    if major >= 9:
+        targets.append(f"sm_{number}a")
+    return [*targets, f"sm_{number}", f"compute_{number}"]
+
+
+def describe_targets(capability):
+    """"sm_120f, sm_121a, sm_121 or compute_121 PTX": targets_for as advice in a message."""
+    names = [f"{t} PTX" if t.startswith("compute_") else t for t in targets_for(capability)]
+    return ", ".join(names[:-1]) + " or " + names[-1]
 
 
 def sass_runs_on(arch, capability):

@@ -36,6 +36,7 @@ DeviceCode = namedtuple("DeviceCode", ["sass", "ptx", "lto"])
 
 FATBIN_MAGIC = 0xBA55ED50
 FATBIN_MAGIC_BYTES = struct.pack("<I", FATBIN_MAGIC)
+ELF_MAGIC = b"\x7fELF"
 ENTRY_KINDS = {1: "compute", 2: "sm", 8: "lto"}  # PTX, cubin, LTO-IR; other kinds are not code we rate
 FLAG_ARCH_SPECIFIC = 0x100000
 FLAG_FAMILY = 0x200000
@@ -69,7 +70,7 @@ _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
-Section = namedtuple("Section", ["name", "type", "offset", "size", "link"])
+Section = namedtuple("Section", ["name", "type", "offset", "size"])
 
 
 class FatbinError(Exception):
@@ -151,12 +152,19 @@ def _scan_image(image):
     if head == FATBIN_MAGIC_BYTES:
         _scan_fatbin(image, 0, image.size, collector, "fatbin file")
         return collector.result()
-    if head != b"\x7fELF":
+    if image.size < _ELF64.size and ELF_MAGIC.startswith(head):
+        # A cut-off ELF must not pass for a file without device code (a 1-3 byte file that starts
+        # like the magic is no linker script or archive either).
+        image.fail(f"truncated ELF header ({image.size} of {_ELF64.size} bytes)")
+    if head != ELF_MAGIC:
         return _not_device_code(image.path, head)
-    if image.size < _ELF64.size or image.data[4:6] != b"\x02\x01":
-        return DeviceCode([], [], [])  # not ELF64 little endian: no CUDA device code exists for it
+    if image.data[4:6] != b"\x02\x01":  # CUDA device code exists only for ELF64 little endian
+        return _not_device_code(image.path, head, "a 32-bit or big-endian ELF")
     header = image.unpack(_ELF64, 0, "ELF header")
     machine, flags = header[2], header[7]
+    phoff, phentsize, phnum = header[5], header[9], header[10]
+    if phoff and phnum:  # cubins keep it at the end: a cut there leaves the sections intact
+        image.check_span(phoff, phnum * phentsize, "ELF program header table")
     sections = _sections(image, header)
     if machine == EM_CUDA:
         collector.add("sm", *_cubin_arch(image, flags, sections), where="cubin e_flags")
@@ -171,11 +179,12 @@ def _scan_image(image):
     return collector.result()
 
 
-def _not_device_code(path, head):
+def _not_device_code(path, head, what=None):
     # A .so may be a linker script and a .o a non-ELF archive member; a .cubin/.fatbin must be binary.
     if path.endswith((".cubin", ".fatbin")):
-        raise FatbinError(f"{path}: not a cubin or fatbin (starts with {bytes(head)!r}, expected an ELF "
-                          "or fatbin header)")
+        what = what or f"starts with {bytes(head)!r}"
+        raise FatbinError(f"{path}: not a cubin or fatbin ({what}; expected a 64-bit little-endian ELF "
+                          "or a fatbin header)")
     return DeviceCode([], [], [])
 
 
@@ -200,12 +209,12 @@ def _sections(image, header):
     image.check_span(names_offset, names_size, "ELF section name table")
     names_end = names_offset + names_size
     sections = []
-    for sh_name, sh_type, _flags, _addr, offset, size, link, _info, _align, _entsize in raw:
+    for sh_name, sh_type, _flags, _addr, offset, size, _link, _info, _align, _entsize in raw:
         start = names_offset + sh_name
         end = image.data.find(b"\0", start, names_end) if start < names_end else -1
         if end < 0:
             image.fail(f"corrupt ELF: section name at {sh_name} outside the name table")
-        sections.append(Section(image.data[start:end], sh_type, offset, size, link))
+        sections.append(Section(image.data[start:end], sh_type, offset, size))
     return sections
 
 

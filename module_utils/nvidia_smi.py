@@ -12,9 +12,9 @@ import csv
 import os
 import re
 import shutil
-import subprocess
 
-from ansible.module_utils.cuda_arch import ArchError, parse_capability
+from ansible.module_utils.bounded_run import RunTimeout, run_bounded
+from ansible.module_utils.cuda_arch import ArchError, capability_tuple, parse_capability
 
 QUERY_FIELDS = ("index", "name", "uuid", "compute_cap", "memory.total", "pci.bus_id", "driver_version")
 QUERY_ARGS = ("--format=csv,noheader,nounits",)
@@ -35,7 +35,10 @@ class NvidiaSmiError(Exception):
 
 
 def find_nvidia_smi(path=None):
-    """Path of nvidia-smi: ``path`` itself when given (None if it is not an executable), else PATH."""
+    """Path of nvidia-smi: ``path`` itself when given (a bare name is looked up on PATH; None if it is not
+    an executable), else nvidia-smi on PATH, then in the usual install directories."""
+    if path and os.sep not in path:
+        return shutil.which(path)
     if path:
         return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
     found = shutil.which("nvidia-smi")
@@ -120,26 +123,26 @@ def parse_banner(text):
 def _run(argv, timeout):
     """(rc, combined output) or (None, reason) when it could not run in time."""
     try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
-                              check=False)
-    except subprocess.TimeoutExpired:
+        returncode, output, _stderr = run_bounded(argv, timeout, merge_stderr=True)
+    except RunTimeout as exc:
         return None, (f"{argv[0]} did not answer within {timeout} s (a hung GPU or driver? check dmesg "
-                      "for Xid errors)")
+                      "for Xid errors)" + (f"; {exc.leftover}" if exc.leftover else ""))
     except OSError as exc:
         return None, f"cannot run {argv[0]}: {exc}"
-    return proc.returncode, proc.stdout.decode("utf-8", "replace").strip()
+    return returncode, output.decode("utf-8", "replace").strip()
 
 
-def _failure_reason(output, rc):
+def _failure(output, rc):
+    """(reason, whether the loaded kernel module differs from the user-space driver) of a failed call."""
     first = output.splitlines()[0] if output else f"exit status {rc}"
     if "couldn't communicate with the NVIDIA driver" in output:
-        return f"the NVIDIA driver is not loaded: {first}"
+        return f"the NVIDIA driver is not loaded: {first}", False
     if "Driver/library version mismatch" in output:
         return ("the loaded NVIDIA kernel module does not match the user-space driver (Driver/library "
-                "version mismatch): reboot or reload the nvidia modules")
+                "version mismatch): reboot or reload the nvidia modules"), True
     if "No devices were found" in output:
-        return "the NVIDIA driver is loaded but sees no GPU (No devices were found)"
-    return f"nvidia-smi failed (exit status {rc}): {output[-500:] if output else 'no output'}"
+        return "the NVIDIA driver is loaded but sees no GPU (No devices were found)", False
+    return f"nvidia-smi failed (exit status {rc}): {output[-500:] if output else 'no output'}", False
 
 
 def gpu_facts(nvidia_smi=None, timeout=30, module_version_files=KERNEL_MODULE_VERSION_FILES):
@@ -151,8 +154,12 @@ def gpu_facts(nvidia_smi=None, timeout=30, module_version_files=KERNEL_MODULE_VE
              "kernel_module_mismatch": None, "reload_required": False, "reload_reason": None}
     binary = find_nvidia_smi(nvidia_smi)
     if binary is None:
-        facts["reason"] = (f"nvidia-smi not found at {nvidia_smi}" if nvidia_smi
-                           else "nvidia-smi not found on PATH (no NVIDIA driver installed)")
+        if not nvidia_smi:
+            facts["reason"] = "nvidia-smi not found on PATH (no NVIDIA driver installed)"
+        elif os.sep in nvidia_smi:
+            facts["reason"] = f"nvidia-smi not found at {nvidia_smi}"
+        else:
+            facts["reason"] = f"{nvidia_smi} not found on PATH"
         return facts
     facts["nvidia_smi"] = binary
     fields = QUERY_FIELDS
@@ -165,8 +172,8 @@ def gpu_facts(nvidia_smi=None, timeout=30, module_version_files=KERNEL_MODULE_VE
         facts["reason"] = output
         return facts
     if rc != 0:
-        facts["reason"] = _failure_reason(output, rc)
-        if "Driver/library version mismatch" in output:
+        facts["reason"], mismatch = _failure(output, rc)
+        if mismatch:
             library = _NVML_LIB_RE.search(output)
             facts["user_space_driver_version"] = library.group(1) if library else None
             facts["kernel_module_mismatch"] = True
@@ -178,8 +185,7 @@ def gpu_facts(nvidia_smi=None, timeout=30, module_version_files=KERNEL_MODULE_VE
         facts["reason"] = "nvidia-smi lists no GPU"
         return facts
     facts.update(present=True, gpus=gpus, driver_version=gpus[0]["driver_version"])
-    facts["capabilities"] = sorted({g["capability"] for g in gpus if g["capability"]},
-                                   key=lambda c: tuple(int(p) for p in c.split(".")))
+    facts["capabilities"] = sorted({g["capability"] for g in gpus if g["capability"]}, key=capability_tuple)
     rc, banner = _run([binary], timeout)
     if rc == 0:
         facts["user_space_driver_version"], facts["cuda_driver_version"] = parse_banner(banner)

@@ -3,25 +3,32 @@
 The modules that inspect an environment (torch, sgl_kernel) never import its packages into the module
 process: the environment may be another venv, another Python version, or broken in a way that would
 take the module down with it (a hung CUDA init, a segfault in an extension). A probe runs instead as a
-child process, bounded in time, in its own session so that a timeout kills everything it started.
+child process, bounded in time (module_utils/bounded_run: a timeout kills its whole session, and nothing it
+leaves behind can hold the caller).
 
 Stdlib only, Python 3.8+ (runs on managed hosts).
 """
 
-import contextlib
 import json
 import os
 import shutil
-import signal
-import subprocess
+
+from ansible.module_utils.bounded_run import RunTimeout, run_bounded
 
 # The probe prints its answer as the last line that starts with this marker, so that whatever the
 # imported packages print to stdout (banners, warnings) cannot be mistaken for the answer.
 MARKER = "@@SGLANG_FLEET_PROBE@@"
 
+# Printed first by the prelude under Python 3: after it, a missing answer means the probe crashed (a
+# segfault in an extension, a broken package), not that ``python`` is no Python 3 interpreter.
+STARTED = "@@SGLANG_FLEET_PROBE_STARTED@@"
+
 # Prelude shared by every probe script: ``answer(dict)`` prints the result and exits.
 PRELUDE = (
     "import json, sys\n"
+    "if sys.version_info[0] >= 3:\n"
+    f"    sys.stdout.write({STARTED!r} + '\\n')\n"
+    "    sys.stdout.flush()\n"
     "def answer(result):\n"
     "    sys.stdout.flush()\n"
     f"    sys.stdout.write('\\n' + {MARKER!r} + json.dumps(result) + '\\n')\n"
@@ -71,24 +78,16 @@ def run_probe(python, script, args=(), timeout=120, what="probe"):
         raise ProbeError(f"timeout must be a positive number of seconds, got {timeout!r}")
     # cwd "/" so that a torch/ or sgl_kernel/ directory in the caller's cwd cannot shadow the installed one.
     try:
-        proc = subprocess.Popen(
-            [python, "-", *[str(a) for a in args]],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd="/", start_new_session=True,
-        )
+        returncode, stdout, stderr = run_bounded([python, "-", *[str(a) for a in args]], timeout,
+                                                 input=(PRELUDE + script).encode(), cwd="/")
     except OSError as exc:
         raise ProbeError(f"cannot start {python}: {exc}") from exc
-    try:
-        stdout, stderr = proc.communicate((PRELUDE + script).encode(), timeout=timeout)
-    except subprocess.TimeoutExpired:
-        # Kill the whole session: a hung CUDA init may sit in a helper process holding our pipes.
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        _stdout, stderr = proc.communicate()
-        detail = _tail(stderr.decode("utf-8", "replace"))
+    except RunTimeout as exc:
+        detail = _tail(exc.stderr.decode("utf-8", "replace"))
         raise ProbeError(
             f"{what} in {python} did not finish within {timeout} s and was killed (a hung import or "
             f"CUDA initialisation?); raise timeout if the host is just slow"
+            + (f"; {exc.leftover}" if exc.leftover else "")
             + (f"; stderr: {detail}" if detail else "")
         ) from None
     out = stdout.decode("utf-8", "replace")
@@ -99,10 +98,9 @@ def run_probe(python, script, args=(), timeout=120, what="probe"):
                 return json.loads(line[len(MARKER):])
             except ValueError as exc:
                 raise ProbeError(f"{what} in {python} printed a malformed answer: {exc}") from None
-    if proc.returncode < 0:
-        status = f"was killed by signal {-proc.returncode}"
-    else:
-        status = f"exited with status {proc.returncode}"
-    detail = _tail(err or out)
-    raise ProbeError(f"{what} in {python} {status} without an answer (is it a Python 3 interpreter?)"
+    status = f"was killed by signal {-returncode}" if returncode < 0 else f"exited with status {returncode}"
+    started = STARTED in out.splitlines()
+    detail = _tail(err or out.replace(STARTED, ""))
+    raise ProbeError(f"{what} in {python} {status} without an answer"
+                     + ("" if started else " (is it a Python 3 interpreter?)")
                      + (f"; output: {detail}" if detail else ""))

@@ -11,10 +11,14 @@ Stdlib only, Python 3.8+ (runs on managed hosts).
 import os
 import sys
 
-from ansible.module_utils.cuda_arch import ArchError, parse_capability
+from ansible.module_utils.cuda_arch import (
+    ArchError,
+    parse_capabilities,
+    unknown_capability_warnings,
+)
 from ansible.module_utils.nvidia_smi import NvidiaSmiError, first_capability, gpu_facts
 from ansible.module_utils.python_probe import ProbeError, run_probe
-from ansible.module_utils.sgl_kernel_layout import LayoutError, inspect_layout
+from ansible.module_utils.sgl_kernel_layout import LayoutError, inspect_layout, loader_choice
 
 FIND_PROBE = r"""
 import importlib.util
@@ -93,7 +97,7 @@ def diagnose(error, torch_version, torch_cuda_version=None):
     return None
 
 
-def run_import_check(python, package_dir=None, expected_path=None, timeout=120):
+def run_import_check(python, package_dir=None, timeout=120):
     """Import torch then sgl_kernel in ``python``; report the loaded common_ops file or the failure.
 
     With ``package_dir`` its parent goes first on sys.path, so that directory is what gets imported.
@@ -108,17 +112,31 @@ def run_import_check(python, package_dir=None, expected_path=None, timeout=120):
         result = run_probe(python, IMPORT_PROBE, args=[parent], timeout=timeout,
                            what="import torch, sgl_kernel")
     except ProbeError as exc:
-        return {"status": "failed", "error": str(exc), "hint": None}
+        return {"status": "failed", "python": python, "error": str(exc), "hint": None}
+    result["python"] = python
     stage = result.pop("stage")
     result["status"] = "ok" if stage == "done" else "failed"
     if stage != "done":
         result["failed_at"] = "import torch" if stage == "torch" else "import sgl_kernel"
         result["hint"] = diagnose(result.get("error", ""), result.get("torch_version"),
                                   result.get("torch_cuda_version"))
-    loaded = result.get("loaded_file")
-    if loaded and expected_path:
-        result["loaded_expected"] = os.path.realpath(loaded) == os.path.realpath(expected_path)
     return result
+
+
+def compare_with_loader(check, variants):
+    """Add ``expected_path`` and ``loaded_expected`` to an import check that got past ``import torch``.
+
+    The loader picks by torch's current device (no GPU: None), which need not be the capability that
+    was checked statically (a parameter, or nvidia-smi's first GPU); so the expectation is recomputed.
+    """
+    if "torch_version" not in check:
+        return
+    expected, _why = loader_choice(variants, check.get("torch_capability"))
+    check["expected_path"] = variants[expected]["path"] if expected else None
+    loaded = check.get("loaded_file")
+    if loaded:
+        check["loaded_expected"] = bool(check["expected_path"]) and (
+            os.path.realpath(loaded) == os.path.realpath(check["expected_path"]))
 
 
 def check_sgl_kernel(*, python=None, package_dir=None, capability=None, import_check=False,
@@ -132,12 +150,13 @@ def check_sgl_kernel(*, python=None, package_dir=None, capability=None, import_c
         raise SglKernelProbeError("give exactly one of python (the environment's interpreter) and "
                                   "package_dir (an sgl_kernel directory)")
     source = "param"
+    result = {"python": None, "warnings": []}
     if capability is not None:
         try:
-            capability = parse_capability(capability)
+            (capability,) = parse_capabilities([capability], known_only=False, param="capability")
         except ArchError as exc:
-            raise SglKernelProbeError(f"capability: {exc}") from None
-    result = {"python": None}
+            raise SglKernelProbeError(str(exc)) from None
+        result["warnings"] = unknown_capability_warnings([capability])
     if python:
         package_dir, result["python"] = locate_package(python, timeout)
     gpu = None
@@ -155,13 +174,17 @@ def check_sgl_kernel(*, python=None, package_dir=None, capability=None, import_c
         raise SglKernelProbeError(str(exc)) from None
     result["capability_source"] = source
     result["gpu_reason"] = gpu["reason"] if gpu else None
+    if source == "none" and gpu["present"]:
+        result["gpu_reason"] = (f"nvidia-smi lists {len(gpu['gpus'])} GPU(s) but no compute capability "
+                                "(drivers before 510 cannot report it); give capability")
     if import_check:
         if not gpu["present"]:
             result["import_check"] = {"status": "skipped",
                                       "reason": f"no usable GPU on this host ({gpu['reason']}); "
                                                 "sgl_kernel cannot be imported without the driver"}
         else:
-            result["import_check"] = run_import_check(
-                result["python"] or import_python or sys.executable,
-                None if python else package_dir, result["selected_path"], timeout)
+            check = run_import_check(result["python"] or import_python or sys.executable,
+                                     None if python else package_dir, timeout)
+            compare_with_loader(check, result["variants"])
+            result["import_check"] = check
     return result

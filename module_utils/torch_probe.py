@@ -22,37 +22,50 @@ except ModuleNotFoundError as exc:
     answer({"error": "import-failed", "detail": "%s: %s" % (type(exc).__name__, exc)})
 except BaseException as exc:
     answer({"error": "import-failed", "detail": "%s: %s" % (type(exc).__name__, exc)})
+if getattr(torch, "__file__", None) is None:
+    answer({"error": "import-failed", "detail": "torch in %s is a directory without __init__.py (a namespace "
+            "package, e.g. left over from an uninstall), not an installed torch" % ", ".join(torch.__path__)})
 
-result = {
-    "torch_version": str(torch.__version__),
-    "cuda_version": getattr(torch.version, "cuda", None),
-    "hip_version": getattr(torch.version, "hip", None),
-    "git_version": getattr(torch.version, "git_version", None),
-    "executable": sys.executable,
-}
-arch_flags = getattr(torch._C, "_cuda_getArchFlags", None)
-if arch_flags is not None:
-    result["arch_list"] = (arch_flags() or "").split()
-    result["arch_list_source"] = "torch._C._cuda_getArchFlags"
-else:
-    result["arch_list"] = list(torch.cuda.get_arch_list())
-    result["arch_list_source"] = "torch.cuda.get_arch_list"
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    try:
-        available = bool(torch.cuda.is_available())
-        devices = []
-        for index in range(torch.cuda.device_count() if available else 0):
-            major, minor = torch.cuda.get_device_capability(index)
-            devices.append({"index": index, "name": torch.cuda.get_device_name(index),
-                            "capability": "%d.%d" % (major, minor)})
-        result["cuda_error"] = None
-    except Exception as exc:
-        available, devices = False, []
-        result["cuda_error"] = "%s: %s" % (type(exc).__name__, exc)
-result["cuda_available"] = available
-result["devices"] = devices
-result["cuda_warnings"] = sorted(set(str(w.message).strip() for w in caught))
+
+def facts():
+    result = {
+        "torch_version": str(torch.__version__),
+        "cuda_version": getattr(torch.version, "cuda", None),
+        "hip_version": getattr(torch.version, "hip", None),
+        "git_version": getattr(torch.version, "git_version", None),
+        "executable": sys.executable,
+    }
+    arch_flags = getattr(torch._C, "_cuda_getArchFlags", None)
+    if arch_flags is not None:
+        result["arch_list"] = (arch_flags() or "").split()
+        result["arch_list_source"] = "torch._C._cuda_getArchFlags"
+    else:
+        result["arch_list"] = list(torch.cuda.get_arch_list())
+        result["arch_list_source"] = "torch.cuda.get_arch_list"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            available = bool(torch.cuda.is_available())
+            devices = []
+            for index in range(torch.cuda.device_count() if available else 0):
+                major, minor = torch.cuda.get_device_capability(index)
+                devices.append({"index": index, "name": torch.cuda.get_device_name(index),
+                                "capability": "%d.%d" % (major, minor)})
+            result["cuda_error"] = None
+        except Exception as exc:
+            available, devices = False, []
+            result["cuda_error"] = "%s: %s" % (type(exc).__name__, exc)
+    result["cuda_available"] = available
+    result["devices"] = devices
+    result["cuda_warnings"] = sorted(set(str(w.message).strip() for w in caught))
+    return result
+
+
+# A torch that imports but lacks what every release has (__version__, torch.version, torch._C) is broken.
+try:
+    result = facts()
+except Exception as exc:
+    answer({"error": "import-failed", "detail": "%s: %s" % (type(exc).__name__, exc)})
 answer(result)
 """
 
@@ -97,11 +110,6 @@ def split_arch_list(arch_list):
     return sass, ptx
 
 
-def parse_capabilities(values):
-    """Canonical capability strings for user input; raises ArchError with the offending value."""
-    return [parse_capability(value) for value in values or []]
-
-
 def missing_capabilities(arch_list, capabilities):
     """The capabilities (canonical strings) that no entry of ``arch_list`` can run on."""
     sass, ptx = split_arch_list(arch_list)
@@ -122,8 +130,9 @@ def cuda_index_hint(facts, index_url):
             f"x86_64 torch=={version} from PyPI is a CUDA build too")
 
 
-def check_requirements(facts, require, index_url=None):
-    """Error message when torch cannot serve ``require`` (canonical capabilities), else None."""
+def check_requirements(facts, index_url=None):
+    """Error message when torch cannot serve ``facts["require"]`` (see rate), else None."""
+    require = facts["require"]
     if not require:
         return None
     where = f"torch {facts['torch_version']} in {facts['python']}"
@@ -134,24 +143,29 @@ def check_requirements(facts, require, index_url=None):
     if facts["build"] == "rocm":
         return (f"{where} is a ROCm build (HIP {facts['hip_version']}): it cannot run on NVIDIA GPUs of "
                 f"capability {wanted}. {cuda_index_hint(facts, index_url)}")
-    missing = missing_capabilities(facts["arch_list"], require)
-    if missing:
+    if facts["missing"]:
+        arch_list = " ".join(facts["arch_list"]) or "(empty)"
         return (f"{where} (CUDA {facts['cuda_version']}) has no code for capability "
-                f"{', '.join(missing)}: its arch list is {' '.join(facts['arch_list']) or '(empty)'}. "
+                f"{', '.join(facts['missing'])}: its arch list is {arch_list}. "
                 "Install a torch build whose arch list covers it (newer torch/CUDA, or a build with "
                 "TORCH_CUDA_ARCH_LIST including it)")
     return None
 
 
-def inspect_torch(python, require=(), timeout=120):
-    """probe_torch plus ``missing`` for ``require`` and ``covered`` per visible device."""
-    facts = probe_torch(python, timeout=timeout)
+def rate(facts, require):
+    """Add ``require``, ``missing`` (all of it for a non-CUDA build) and ``covered`` per device to facts."""
     arch_list = facts["arch_list"] if facts["build"] == "cuda" else []
+    facts["require"] = list(require)
     facts["missing"] = list(require) if facts["build"] != "cuda" else missing_capabilities(arch_list, require)
-    for device in facts["devices"]:
+    for device in facts.get("devices", []):
         try:
             capability = parse_capability(device["capability"], known_only=False)
             device["covered"] = not missing_capabilities(arch_list, [capability])
         except ArchError:
             device["covered"] = None
     return facts
+
+
+def inspect_torch(python, require=(), timeout=120):
+    """probe_torch, rated for ``require`` (canonical capabilities)."""
+    return rate(probe_torch(python, timeout=timeout), require)

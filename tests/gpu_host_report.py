@@ -27,7 +27,6 @@ import types
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-QUERY = "--query-gpu=index,name,uuid,compute_cap,memory.total,pci.bus_id,driver_version"
 TORCH_OWN = r"""
 import json, torch
 devices = []
@@ -82,11 +81,14 @@ def run(argv, timeout=120):
 
 
 def nvidia_smi_own():
+    """nvidia-smi's raw answers to the calls gpu_facts makes (the query with its own constants)."""
+    from ansible.module_utils.nvidia_smi import QUERY_ARGS, QUERY_FIELDS  # noqa: PLC0415
+
     smi = shutil.which("nvidia-smi")
     if not smi:
         return {"error": "nvidia-smi not on PATH"}
-    return {"query": run([smi, QUERY, "--format=csv,noheader,nounits"]), "banner": run([smi]),
-            "version": run([smi, "--version"])}
+    query = [smi, "--query-gpu=" + ",".join(QUERY_FIELDS), *QUERY_ARGS]
+    return {"query": run(query), "banner": run([smi]), "version": run([smi, "--version"])}
 
 
 def torch_own(python):
@@ -97,16 +99,21 @@ def torch_own(python):
 
 
 def agreement(report):
+    """Our modules' answers against torch's and nvidia-smi's own: True/False, None when there is nothing
+    independent to compare (no GPU seen by either; an empty get_arch_list())."""
     facts, torch = report.get("gpu_facts", {}), report.get("torch_own", {})
     archs, variants = report.get("torch_cuda_archs", {}), report.get("sgl_kernel_variants", {})
     ours = sorted((g["name"], g["capability"]) for g in facts.get("gpus", []))
     theirs = sorted((d["name"], d["capability"]) for d in torch.get("devices", []))
-    flags = torch.get("torch._C._cuda_getArchFlags()")
-    torch_list = flags.split() if flags else torch.get("torch.cuda.get_arch_list()")
+    # get_arch_list() is the public API, a different path from the _cuda_getArchFlags() our probe reads;
+    # it answers on GPU hosts (and without a GPU from torch 2.13), else [].
+    torch_list = torch.get("torch.cuda.get_arch_list()")
     return {
-        "gpu_facts_devices_equal_torch_devices": ours == theirs if theirs else None,
-        "torch_cuda_archs_arch_list_equals_torch": archs.get("arch_list") == torch_list,
-        "sgl_kernel_loaded_the_selected_file": variants.get("import_check", {}).get("loaded_expected"),
+        "gpu_facts_devices_equal_torch_devices": ours == theirs if ours or theirs else None,
+        "torch_cuda_archs_arch_list_equals_torch":
+            archs.get("arch_list") == torch_list if torch_list else None,
+        # the file the loader picks for torch's current device (import_check.expected_path)
+        "sgl_kernel_loaded_the_expected_file": variants.get("import_check", {}).get("loaded_expected"),
     }
 
 
@@ -132,17 +139,11 @@ def record(directory, report):
 
 def stage(directory):
     """Unpack the sglang-kernel wheel's python files and common_ops variants (tests' wheel cache)."""
-    import zipfile  # noqa: PLC0415
-
     sys.path.insert(0, str(REPO / "tests"))
-    from cache import pip_download  # noqa: PLC0415
+    from sglkernel import extract  # noqa: PLC0415
 
-    version = "0.4.10"
-    wheel = next(pip_download([f"sglang-kernel=={version}"]).glob(f"sglang_kernel-{version}-*.whl"))
-    with zipfile.ZipFile(wheel) as archive:
-        members = [m for m in archive.namelist() if m.startswith("sgl_kernel/")
-                   and (m.endswith(".py") or "/common_ops." in m or m.endswith("spatial_ops.abi3.so"))]
-        archive.extractall(directory, members)
+    members = extract(Path(directory), lambda m: m.endswith(".py") or "/common_ops." in m
+                      or m.endswith("spatial_ops.abi3.so"))
     size = sum(f.stat().st_size for f in Path(directory).rglob("*") if f.is_file())
     print(f"staged {len(members)} files, {size / 2**20:.1f} MiB: {Path(directory) / 'sgl_kernel'}")
 
@@ -171,7 +172,7 @@ def main():
 
     def torch_archs():
         facts = inspect_torch(args.python, capabilities)
-        facts["problem"] = check_requirements(facts, capabilities)
+        facts["problem"] = check_requirements(facts)
         return facts
 
     section(report, "torch_cuda_archs", torch_archs)

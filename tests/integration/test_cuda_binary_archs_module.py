@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
+from ansible.module_utils.cuda_arch import KNOWN_CAPABILITIES
 from ansible_run import run_module, run_playbook
 from cudabuild import compiled_fixtures
+from documented import assert_documented
 
 pytestmark = pytest.mark.integration
 cuda_fixtures = compiled_fixtures  # the session fixture, under the name the tests ask for
@@ -56,6 +59,7 @@ def test_reports_every_file_and_where_it_runs(libdir):
         "10.3": [str(libdir / "libmulti.so"), str(libdir / "kernels/libb200.so.1")],
     }
     assert result["counts"] == {"files": 4, "with_device_code": 3, "without_device_code": 1}
+    assert_documented("cuda_binary_archs", result)
 
 
 def test_require_fails_by_default_and_names_the_files(libdir):
@@ -63,8 +67,7 @@ def test_require_fails_by_default_and_names_the_files(libdir):
     _assert_clean_failure(
         result,
         f"no code for capability 12.0 in 1 of 3 files with device code: {libdir}/kernels/libb200.so.1 "
-        "(has sm_100a, compute_100a); rebuild them for sm_120 (sm_120a, sm_120f or compute_120 PTX "
-        "also works)")
+        "(has sm_100a, compute_100a); rebuild them for sm_120f, sm_120a, sm_120 or compute_120 PTX")
     assert result["missing"] == {"12.0": [str(libdir / "kernels/libb200.so.1")]}
     assert len(result["files"]) == 4  # the full report comes with the failure
 
@@ -79,6 +82,21 @@ def test_check_mode_passes_when_everything_runs(libdir):
     assert result["msg"] == "scanned 2 files, 2 with device code; all of them run on 9.0, 12.0"
 
 
+def test_capability_newer_than_the_known_gpus_is_rated_with_a_warning(libdir):
+    # The documented pipeline `require: "{{ gpu.capabilities }}"` must not fail on a GPU newer than
+    # cuda_arch.KNOWN_CAPABILITIES: rated by the same rules, with a warning.
+    result = run_module("cuda_binary_archs", {"paths": [str(libdir)], "require": ["12.2", "13.0"],
+                                              "fail_on_missing": False})
+    assert result["event"] == "runner_on_ok", result.get("msg")
+    files = {Path(entry["path"]).name: entry["runs_on"] for entry in result["files"]}
+    assert files["libmulti.so"] == {"12.2": "sass", "13.0": "ptx-jit"}  # sm_120f; compute_120
+    assert files["libb200.so.1"] == {"12.2": False, "13.0": False}
+    assert result["warnings"] == [
+        f"capability {capability} is not one of the known NVIDIA GPU capabilities "
+        f"({', '.join(KNOWN_CAPABILITIES)}); it was rated with the same rules, which a new architecture "
+        "may not follow" for capability in ("12.2", "13.0")]
+
+
 def test_lto_ir_is_reported_and_runs_nowhere(cuda_fixtures):
     result = run_module("cuda_binary_archs", {"paths": [str(cuda_fixtures["lto.o"][0])], "require": ["9.0"],
                                               "fail_on_missing": False})
@@ -86,6 +104,7 @@ def test_lto_ir_is_reported_and_runs_nowhere(cuda_fixtures):
     assert entry["lto"] == ["lto_90", "lto_100f"]
     assert entry["runs_on"] == {"9.0": False}
     assert "lto_90 (LTO-IR, runs only after a device link)" in result["msg"]
+    assert_documented("cuda_binary_archs", result)
 
 
 def test_bad_input_fails_with_an_actionable_message(cuda_fixtures, tmp_path):
@@ -100,8 +119,6 @@ def test_bad_input_fails_with_an_actionable_message(cuda_fixtures, tmp_path):
                          ["require: 'sm_12x' is not a CUDA architecture; use a capability like"]),
         "arch instead of capability": ({"paths": [library], "require": ["sm_120a"]},
                                        ['a GPU capability has no suffix (use "12.0")']),
-        "unknown capability": ({"paths": [library], "require": ["13.0"]},
-                               ["'13.0' is not the compute capability of any known NVIDIA GPU"]),
         "no paths": ({"paths": []}, ["paths is empty"]),
         "truncated binary": ({"paths": [str(tmp_path)]}, [f"cannot scan {truncated}: truncated"]),
     }

@@ -1,7 +1,8 @@
 """Fuzz the scanner with truncated and mutated copies of the real fixtures.
 
-Whatever the bytes, scan_file must either return a well-formed DeviceCode or raise FatbinError, and do
-it fast: the hypothesis deadline bounds each case, the pytest timeout catches a hang outright.
+Whatever the bytes, scan_file must either return a well-formed DeviceCode or raise FatbinError (always
+FatbinError for a truncated ELF), and do it fast: the hypothesis deadline bounds each case, the pytest
+timeout catches a hang outright.
 Mutations aim at the bytes the scanner reads (ELF header, section table, fatbin containers and entry
 headers) as well as anywhere in the file.
 """
@@ -55,7 +56,7 @@ class Inputs:
             hot.extend(range(shoff, min(shoff + 64 * 8, len(data)), 16))  # first section headers
         self.hot[name] = hot
 
-    def scan(self, name, data):
+    def scan(self, name, data, must_fail=False):
         path = self.scratch / name
         path.write_bytes(bytes(data))
         try:
@@ -65,6 +66,7 @@ class Inputs:
         if isinstance(code, str):
             assert code.startswith(f"{path}: ")  # the error names the file
             return
+        assert not must_fail, f"{len(data)} bytes of {name} gave {code}, not FatbinError"
         assert isinstance(code, DeviceCode)
         for names, kind in zip(code, ("sm", "compute", "lto")):
             assert names == sorted_archs(names)
@@ -90,7 +92,26 @@ def offsets(draw, inputs, name):
 def test_truncated_copies(inputs, data):
     name = data.draw(st.sampled_from(sorted(inputs.data)))
     cut = data.draw(offsets(inputs, name))
-    inputs.scan(name, inputs.data[name][:cut])
+    whole = inputs.data[name]
+    if whole[:4] != b"\x7fELF":
+        inputs.scan(name, whole[:cut])  # a raw fatbin cut between containers is a shorter valid fatbin
+    elif cut == 0:
+        assert_empty_file_rule(inputs, name)
+    else:
+        # The ELF header declares a section table (and in cubins a program header table) that ends the
+        # file, so every cut, even inside the ELF header, must be an error, never "no device code".
+        inputs.scan(name, whole[:cut], must_fail=True)
+
+
+def assert_empty_file_rule(inputs, name):
+    """An empty file is no binary at all: no device code for a library or object, an error for a cubin."""
+    path = inputs.scratch / name
+    path.write_bytes(b"")
+    if name.endswith((".cubin", ".fatbin")):
+        with pytest.raises(FatbinError, match="not a cubin or fatbin"):
+            scan_file(path)
+    else:
+        assert scan_file(path) == DeviceCode([], [], [])
 
 
 @FUZZ

@@ -5,6 +5,7 @@ devices; for those, gpu_facts must agree with torch on every GPU's name and capa
 """
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -83,6 +84,16 @@ def test_unparseable_answer_fails_cleanly(tmp_path):
                         envvars={"NVIDIA_SMI_RECORDING": str(tmp_path)})
     assert failed["event"] == "runner_on_failed"
     assert failed["msg"].startswith("unexpected nvidia-smi line (want 7 fields")
+
+
+def test_nvidia_smi_by_name_on_the_remote_path():
+    recording = RECORDINGS / "h200-x8"
+    result = run_module("gpu_facts", {"nvidia_smi": "nvidia-smi", "kernel_module_version_files": []},
+                        envvars={"NVIDIA_SMI_RECORDING": str(recording),
+                                 "PATH": f"{STAND_INS}{os.pathsep}{os.environ['PATH']}"})
+    assert result["event"] == "runner_on_ok", result.get("msg")
+    assert result["present"] is True
+    assert result["nvidia_smi"] == str(STAND_INS / "nvidia-smi")
 
 
 def test_bad_input():

@@ -1,31 +1,29 @@
 """sgl_kernel_variants on the released sglang-kernel wheel and on nvcc-built fixture trees.
 
-The wheel is downloaded once (tests/cache.py) and its sgl_kernel/ package, minus the 1.1 GB flash_ops
-library that the check never reads, is unpacked once into the test cache. Fixture trees lay real
-nvcc-compiled shared objects (tests/cudabuild.py) out as sm90/, sm100/ and package-root common_ops.
+The wheel is downloaded and its sgl_kernel/ package unpacked once into the test cache (tests/sglkernel.py).
+Fixture trees lay real nvcc-compiled shared objects (tests/cudabuild.py) out as sm90/, sm100/ and
+package-root common_ops.
 """
 
-import fcntl
 import json
 import shutil
 import subprocess
-import venv
-import zipfile
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.cuda_arch import sorted_archs
+from ansible.module_utils.cuda_arch import KNOWN_CAPABILITIES, sorted_archs
 from ansible.module_utils.sgl_kernel_probe import check_sgl_kernel
 from ansible_run import run_module
-from cache import cache_dir, pip_download
 from cudabuild import compiled_fixtures
+from cuobjdump import as_cuobjdump_lists, cuobjdump_listing
 from documented import assert_documented
+from sglkernel import SGLANG_KERNEL_VERSION, unpacked_package
 from torchenv import torch_python
+from venvs import make_venv, purelib
 
 pytestmark = pytest.mark.integration
 cuda_fixtures = compiled_fixtures  # the session fixture, under the name the tests ask for
 
-WHEEL_VERSION = "0.4.10"
 STAND_INS = Path(__file__).resolve().parent.parent / "stand_ins"
 WHEEL_ARCHES = ["sm_80", "sm_89", "sm_90", "sm_90a", "sm_100f", "sm_120a"]
 
@@ -33,20 +31,7 @@ WHEEL_ARCHES = ["sm_80", "sm_89", "sm_90", "sm_90a", "sm_100f", "sm_120a"]
 @pytest.fixture(scope="session")
 def wheel_package():
     """The sgl_kernel/ directory of the real sglang-kernel wheel, unpacked once into the cache."""
-    root = cache_dir("sglang-kernel-unpacked", WHEEL_VERSION)
-    package = root / "sgl_kernel"
-    with open(root.parent / f"{WHEEL_VERSION}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (root / ".ready").exists():
-            wheelhouse = pip_download([f"sglang-kernel=={WHEEL_VERSION}"])
-            wheel = next(wheelhouse.glob(f"sglang_kernel-{WHEEL_VERSION}-*.whl"))
-            shutil.rmtree(package, ignore_errors=True)
-            with zipfile.ZipFile(wheel) as archive:
-                members = [m for m in archive.namelist()
-                           if m.startswith("sgl_kernel/") and not m.endswith("/flash_ops.abi3.so")]
-                archive.extractall(root, members)
-            (root / ".ready").write_text(f"{wheel.name}\n")
-    return str(package)
+    return str(unpacked_package())
 
 
 def tree(tmp_path, cuda_fixtures, layout):
@@ -65,7 +50,7 @@ def tree(tmp_path, cuda_fixtures, layout):
 ])
 def test_released_wheel(wheel_package, capability, selected, covers):
     result = check_sgl_kernel(package_dir=wheel_package, capability=capability)
-    assert result["package_version"] == WHEEL_VERSION
+    assert result["package_version"] == SGLANG_KERNEL_VERSION
     assert sorted(result["variants"]) == ["sm100", "sm90"]
     for variant in result["variants"].values():
         # Both variants are the same sources and gencodes: no PTX, 12.0 only as sm_120a.
@@ -77,12 +62,22 @@ def test_released_wheel(wheel_package, capability, selected, covers):
     assert result["capability_source"] == ("param" if capability else "none")
 
 
+@pytest.mark.parametrize("variant", ["sm90", "sm100"])
+def test_released_wheel_agrees_with_cuobjdump(wheel_package, variant):
+    # WHEEL_ARCHES is what the shared upstream facts say; cuobjdump is the independent oracle.
+    result = check_sgl_kernel(package_dir=wheel_package, capability="9.0")["variants"][variant]
+    oracle = cuobjdump_listing(result["path"])
+    assert as_cuobjdump_lists(result["sass"], result["ptx"]) == oracle
+    assert oracle.sass  # the oracle saw code: the comparison is not between two empty sets
+
+
 def test_released_wheel_on_12_1_explains_the_miss(wheel_package):
     result = check_sgl_kernel(package_dir=wheel_package, capability="121")
     assert result["message"] == (
-        "sm100/common_ops.abi3.so has no code for 12.1: sm_80 sm_89 sm_90 sm_90a sm_100f sm_120a (the "
+        "sm100/common_ops.abi3.so has no code for 12.1: sm_80, sm_89, sm_90, sm_90a, sm_100f, sm_120a (the "
         "loader picks sm100/ for capability 12.1); install an sglang-kernel build whose sm100/common_ops "
-        "has code for 12.1 (e.g. sm_121a or sm_120f) or build it from source for that target")
+        "has code for 12.1 (sm_120f, sm_121a, sm_121 or compute_121 PTX) or build it from source for "
+        "that target")
 
 
 def test_sm100_without_12_0_code(tmp_path, cuda_fixtures):
@@ -96,10 +91,10 @@ def test_sm100_without_12_0_code(tmp_path, cuda_fixtures):
     assert on_12["selected_covers"] is False
     assert on_12["variants"]["sm90"]["runs_on"] == "ptx-jit"  # compute_90 JIT-compiles for 12.0
     assert on_12["message"] == (
-        "sm100/common_ops.abi3.so has no code for 12.0: sm_100a compute_100a (the loader picks sm100/ for "
-        "capability 12.0); install an sglang-kernel build whose sm100/common_ops has code for 12.0 (e.g. "
-        "sm_120a or sm_120f) or build it from source for that target; sm90/common_ops.abi3.so has code for "
-        "12.0 but the loader does not pick it for this capability")
+        "sm100/common_ops.abi3.so has no code for 12.0: sm_100a, compute_100a (the loader picks sm100/ for "
+        "capability 12.0); install an sglang-kernel build whose sm100/common_ops has code for 12.0 "
+        "(sm_120f, sm_120a, sm_120 or compute_120 PTX) or build it from source for that target; "
+        "sm90/common_ops.abi3.so has code for 12.0 but the loader does not pick it for this capability")
     on_9 = check_sgl_kernel(package_dir=package, capability="9.0")
     assert on_9["selected_variant"] == "sm90"
     assert on_9["selected_covers"] is True
@@ -125,6 +120,18 @@ def test_sm100_variants(tmp_path, cuda_fixtures, fixture, capability, runs_on):
     assert result["selected_covers"] is bool(runs_on)
 
 
+def test_root_fallback_with_code_is_not_what_the_loader_tries_first(tmp_path, cuda_fixtures):
+    package = tree(tmp_path, cuda_fixtures, {"sm100/common_ops.abi3.so": "sm_100a.so",
+                                             "common_ops.abi3.so": "sm_120a.so"})
+    result = check_sgl_kernel(package_dir=package, capability="12.0")
+    assert result["selected_variant"] == "sm100"
+    assert result["selected_covers"] is False
+    assert result["variants"]["root"]["runs_on"] == "sass"
+    assert result["message"].endswith(
+        "; common_ops.abi3.so has code for 12.0, but the loader falls back to it only when "
+        "sm100/common_ops.abi3.so fails to load")
+
+
 def test_root_only_tree(tmp_path, cuda_fixtures):
     package = tree(tmp_path, cuda_fixtures, {"common_ops.abi3.so": "sm_120a.so"})
     on_12 = check_sgl_kernel(package_dir=package, capability="12.0")
@@ -136,22 +143,14 @@ def test_root_only_tree(tmp_path, cuda_fixtures):
     on_9 = check_sgl_kernel(package_dir=package, capability="9.0")
     assert on_9["selected_variant"] == "root"
     assert on_9["selected_covers"] is False
-    assert on_9["message"].startswith("common_ops.abi3.so has no code for 9.0: sm_120a compute_120a (sm90/")
+    assert on_9["message"].startswith("common_ops.abi3.so has no code for 9.0: sm_120a, compute_120a (sm90/")
 
 
 # --- through Ansible -------------------------------------------------------------------------------
 
 def env_python(tmp_path, *paths):
-    """A real venv whose import path also holds ``paths`` (via a .pth file, as site-packages do)."""
-    venv.EnvBuilder(with_pip=False).create(tmp_path / "venv")
-    python = tmp_path / "venv" / "bin" / "python"
-    Path(site_packages(python), "sglang_fleet_test.pth").write_text("".join(f"{p}\n" for p in paths))
-    return str(python)
-
-
-def site_packages(python):
-    return subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    """A real venv whose import path also holds ``paths``."""
+    return str(make_venv(tmp_path / "venv", *paths))
 
 
 def gpu_host(recording):
@@ -167,8 +166,20 @@ def test_module_on_the_wheel(wheel_package):
     assert result["changed"] is False
     assert result["selected_variant"] == "sm100"
     assert result["selected_covers"] is False
-    assert result["message"].startswith("sm100/common_ops.abi3.so has no code for 12.1: sm_80 sm_89 sm_90")
+    assert result["message"].startswith("sm100/common_ops.abi3.so has no code for 12.1: sm_80, sm_89, sm_90")
     assert "import_check" not in result
+
+
+def test_module_on_a_capability_newer_than_the_known_gpus(wheel_package):
+    # A GPU newer than KNOWN_CAPABILITIES is rated by the same rules, with a warning, not refused.
+    result = run_module("sgl_kernel_variants", {"package_dir": wheel_package, "capability": "12.2"})
+    assert result["event"] == "runner_on_ok", result.get("msg")
+    assert result["capability"] == "12.2"
+    assert result["selected_variant"] == "sm100"
+    assert result["selected_covers"] is False  # sm_120a is 12.0 only
+    assert result["warnings"] == [
+        f"capability 12.2 is not one of the known NVIDIA GPU capabilities ({', '.join(KNOWN_CAPABILITIES)}); "
+        "it was rated with the same rules, which a new architecture may not follow"]
 
 
 def test_module_finds_the_package_and_the_gpu(tmp_path, wheel_package):
@@ -194,12 +205,24 @@ def test_module_import_check_without_gpu(wheel_package):
     assert result["selected_covers"] is None
     assert result["import_check"]["status"] == "skipped"
     assert result["import_check"]["reason"].startswith("no usable GPU on this host (nvidia-smi not found")
+    assert_documented("sgl_kernel_variants", result)
+
+
+def test_module_on_a_driver_without_compute_capability(wheel_package):
+    args, env = gpu_host("a100-driver-470")
+    result = run_module("sgl_kernel_variants", {"package_dir": wheel_package, **args}, envvars=env)
+    assert result["event"] == "runner_on_ok", result.get("msg")
+    assert result["capability"] is None
+    assert result["capability_source"] == "none"
+    assert result["gpu_reason"] == ("nvidia-smi lists 2 GPU(s) but no compute capability (drivers before "
+                                    "510 cannot report it); give capability")
+    assert result["selected_covers"] is None
 
 
 def test_module_import_check_imports_for_real(tmp_path, wheel_package):
     # nvidia-smi is the stand-in (a B200 host); torch 2.14.1 and sgl_kernel are real, so the import runs
     # the upstream loader, which fails here on the missing driver library, as on a driver-less host.
-    torch_site = site_packages(torch_python("2.14.1"))
+    torch_site = purelib(torch_python("2.14.1"))
     python = env_python(tmp_path, torch_site, Path(wheel_package).parent)
     args, env = gpu_host("b200-x8")
     args.update(python=python, import_check=True)
@@ -242,6 +265,14 @@ def test_module_python_without_sgl_kernel(tmp_path):
                              "environment, or give package_dir to inspect an unpacked package")
 
 
+def test_module_python_path_with_tilde_is_expanded(tmp_path):
+    make_venv(tmp_path / "venv")
+    failed = run_module("sgl_kernel_variants", {"python": "~/venv/bin/python"},
+                        envvars={"HOME": str(tmp_path)})
+    assert failed["event"] == "runner_on_failed"
+    assert failed["msg"].startswith(f"sgl_kernel is not installed for {tmp_path}/venv/bin/python;")
+
+
 def test_module_truncated_library(tmp_path, cuda_fixtures):
     package = tree(tmp_path, cuda_fixtures, {"sm100/common_ops.abi3.so": "sm_120a.so"})
     library = Path(package, "sm100", "common_ops.abi3.so")
@@ -266,6 +297,8 @@ def test_gpu_host_report_runs_without_ansible(tmp_path, wheel_package):
     assert report["host"]["python"] == torch
     assert report["torch_own"]["torch.__version__"] == report["torch_cuda_archs"]["torch_version"]
     assert report["agreement"]["torch_cuda_archs_arch_list_equals_torch"] is True
+    if not shutil.which("nvidia-smi"):
+        assert report["agreement"]["gpu_facts_devices_equal_torch_devices"] is None
     assert report["sgl_kernel_variants"]["selected_variant"] == "sm100"
     assert sorted(report["sgl_kernel_variants"]["variants"]) == ["sm100", "sm90"]
     assert report["gpu_facts"]["present"] is bool(shutil.which("nvidia-smi"))

@@ -7,12 +7,13 @@ The oracle for the arch list is torch itself, asked directly in the same interpr
 import json
 import subprocess
 import sys
-import venv
 
 import pytest
+from ansible.module_utils.cuda_arch import KNOWN_CAPABILITIES
 from ansible_run import run_module
 from documented import assert_documented
 from torchenv import torch_python
+from venvs import make_venv, purelib
 
 pytestmark = pytest.mark.integration
 
@@ -35,22 +36,14 @@ def torch_says(python, expression):
 
 @pytest.fixture(scope="session")
 def bare_venv(tmp_path_factory):
-    """A real venv without torch, plus a site-packages to plant broken torch packages in."""
-    root = tmp_path_factory.mktemp("bare-venv")
-    venv.EnvBuilder(with_pip=False).create(root)
-    python = root / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          check=True, capture_output=True, text=True).stdout.strip()
-    return python, site
+    """A real venv without torch."""
+    return make_venv(tmp_path_factory.mktemp("bare-venv"))
 
 
 def venv_with_torch(tmp_path, source):
     """A venv whose torch/__init__.py is ``source`` (a hung or broken install)."""
-    venv.EnvBuilder(with_pip=False).create(tmp_path)
-    python = tmp_path / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          check=True, capture_output=True, text=True).stdout.strip()
-    package = tmp_path / site / "torch"
+    python = make_venv(tmp_path)
+    package = purelib(python) / "torch"
     package.mkdir(parents=True, exist_ok=True)
     (package / "__init__.py").write_text(source)
     return str(python)
@@ -91,6 +84,16 @@ def test_cuda_build_missing_capability(cuda_torch):
     assert report["changed"] is False
 
 
+def test_capability_newer_than_the_known_gpus_is_rated_with_a_warning(cuda_torch):
+    result = run_module("torch_cuda_archs", {"python": cuda_torch, "require": ["12.2"]})
+    assert result["event"] == "runner_on_ok", result.get("msg")
+    assert result["require"] == ["12.2"]
+    assert result["missing"] == []  # plain sm_120 runs on every 12.x
+    assert result["warnings"] == [
+        f"capability 12.2 is not one of the known NVIDIA GPU capabilities ({', '.join(KNOWN_CAPABILITIES)}); "
+        "it was rated with the same rules, which a new architecture may not follow"]
+
+
 def test_cpu_build(cpu_torch):
     result = run_module("torch_cuda_archs", {"python": cpu_torch}, check=True)
     assert result["event"] == "runner_on_ok", result.get("msg")
@@ -115,10 +118,17 @@ def test_cpu_build_with_require_fails_naming_the_index(cpu_torch):
 
 
 def test_python_without_torch(bare_venv):
-    python, _site = bare_venv
+    python = bare_venv
     failed = run_module("torch_cuda_archs", {"python": str(python)})
     assert failed["event"] == "runner_on_failed"
     assert failed["msg"].startswith(f"torch is not installed for {python} (No module named 'torch')")
+
+
+def test_python_path_with_tilde_is_expanded(tmp_path):
+    make_venv(tmp_path / "venv")
+    failed = run_module("torch_cuda_archs", {"python": "~/venv/bin/python"}, envvars={"HOME": str(tmp_path)})
+    assert failed["event"] == "runner_on_failed"
+    assert failed["msg"].startswith(f"torch is not installed for {tmp_path}/venv/bin/python (No module named")
 
 
 def test_system_python_without_torch():
@@ -145,6 +155,29 @@ def test_broken_torch(tmp_path):
     assert failed["event"] == "runner_on_failed"
     assert failed["msg"] == (f"import torch failed in {python}: ImportError: libtorch_cuda.so: cannot "
                              "open shared object file; the install is broken or incomplete: reinstall "
+                             "torch in that environment")
+
+
+def test_stray_torch_directory_is_not_a_torch_install(tmp_path):
+    # A directory left by a removed install imports as a namespace package: say so, not "is it Python?".
+    python = venv_with_torch(tmp_path, "")
+    package = purelib(python) / "torch"
+    (package / "__init__.py").unlink()
+    (package / "lib").mkdir()
+    failed = run_module("torch_cuda_archs", {"python": python})
+    assert failed["event"] == "runner_on_failed"
+    assert failed["msg"] == (
+        f"import torch failed in {python}: torch in {package} is a directory without __init__.py (a "
+        "namespace package, e.g. left over from an uninstall), not an installed torch; the install is "
+        "broken or incomplete: reinstall torch in that environment")
+
+
+def test_torch_without_version_fails_as_broken_not_as_not_python(tmp_path):
+    python = venv_with_torch(tmp_path, "# an emptied torch/__init__.py\n")
+    failed = run_module("torch_cuda_archs", {"python": python})
+    assert failed["event"] == "runner_on_failed"
+    assert failed["msg"] == (f"import torch failed in {python}: AttributeError: module 'torch' has no "
+                             "attribute '__version__'; the install is broken or incomplete: reinstall "
                              "torch in that environment")
 
 

@@ -2,15 +2,21 @@
 
 import pytest
 from ansible.module_utils.cuda_arch import (
+    KNOWN_CAPABILITIES,
     Arch,
     ArchError,
+    describe_archs,
+    describe_targets,
     format_arch,
     parse_arch,
+    parse_capabilities,
     parse_capability,
+    parse_requirements,
     ptx_runs_on,
     runs_on,
     sass_runs_on,
     sorted_archs,
+    targets_for,
 )
 
 
@@ -63,6 +69,58 @@ def test_parse_capability_errors_say_what_to_write():
     assert parse_capability("13.0", known_only=False) == "13.0"
 
 
+def test_parse_capabilities_canonical_unique_in_order_and_errors_name_the_option():
+    assert parse_capabilities(["12.0", "120", "sm_90", "12.0"]) == ["12.0", "9.0"]
+    assert parse_capabilities(None) == []
+    with pytest.raises(ArchError, match=r"^require: capability 12\.0 is a number; write it as a quoted"):
+        parse_capabilities([12.0])
+    with pytest.raises(ArchError, match=r"^capability: 'blackwell' is not a CUDA architecture"):
+        parse_capabilities(["blackwell"], param="capability")
+    with pytest.raises(ArchError, match=r"^require: '9\.9' is not the compute capability of any known"):
+        parse_capabilities(["9.9"])
+    assert parse_capabilities(["9.9"], known_only=False) == ["9.9"]
+
+
+def test_parse_requirements_for_a_module():
+    # Strict about the form, lenient about GPUs newer than the list: those only warn.
+    assert parse_requirements([]) == ([], False, [])
+    assert parse_requirements(["12.0", "120"]) == (["12.0"], True, [])
+    assert parse_requirements(["12.0"], fail_on_missing=False) == (["12.0"], False, [])
+    capabilities, fail_on_missing, warnings = parse_requirements(["12.2", "9.0"])
+    assert (capabilities, fail_on_missing) == (["12.2", "9.0"], True)
+    assert warnings == [
+        "capability 12.2 is not one of the known NVIDIA GPU capabilities (" + ", ".join(KNOWN_CAPABILITIES)
+        + "); it was rated with the same rules, which a new architecture may not follow"]
+    with pytest.raises(ArchError, match=r"^require: 'sm_12x' is not a CUDA architecture"):
+        parse_requirements(["sm_12x"])
+
+
+def test_describe_archs():
+    assert describe_archs(["sm_80", "sm_100a"], ["compute_100a"]) == "sm_80, sm_100a, compute_100a"
+    assert describe_archs([], [], ["lto_90"]) == "lto_90 (LTO-IR, runs only after a device link)"
+    assert describe_archs([], []) == "no device code"
+
+
+@pytest.mark.parametrize(("capability", "targets"), [
+    ("8.6", ["sm_86", "compute_86"]),
+    ("9.0", ["sm_90a", "sm_90", "compute_90"]),
+    ("10.3", ["sm_100f", "sm_103a", "sm_103", "compute_103"]),
+    ("12.0", ["sm_120f", "sm_120a", "sm_120", "compute_120"]),
+    ("12.1", ["sm_120f", "sm_121a", "sm_121", "compute_121"]),
+    ("13.0", ["sm_130f", "sm_130a", "sm_130", "compute_130"]),  # unknown: named after itself
+])
+def test_targets_for_all_run_on_the_capability(capability, targets):
+    assert targets_for(capability) == targets
+    for target in targets:
+        sass, ptx = ([target], []) if target.startswith("sm_") else ([], [target])
+        assert runs_on(sass, ptx, capability), target
+
+
+def test_describe_targets():
+    assert describe_targets("12.1") == "sm_120f, sm_121a, sm_121 or compute_121 PTX"
+    assert describe_targets("7.5") == "sm_75 or compute_75 PTX"
+
+
 def test_sorted_archs_is_numeric_unique_and_orders_plain_a_f():
     names = ["sm_120a", "sm_90", "sm_100f", "sm_90a", "sm_100", "sm_90", "sm_75", "sm_120"]
     assert sorted_archs(names) == ["sm_75", "sm_90", "sm_90a", "sm_100", "sm_100f", "sm_120", "sm_120a"]
@@ -97,6 +155,22 @@ def test_format_arch_round_trips():
 ])
 def test_sass_runs_on(arch, capability, expected):
     assert sass_runs_on(arch, capability) is expected
+
+
+@pytest.mark.parametrize(("family", "members"), [
+    ("sm_100f", ["10.0", "10.3"]), ("sm_103f", ["10.3"]), ("sm_110f", ["11.0"]),
+    ("sm_120f", ["12.0", "12.1"]), ("compute_120f", ["12.0", "12.1"]),
+])
+def test_family_rule_is_exact_on_every_known_capability(family, members):
+    # NVIDIA's family lists; "same major, minor >=" matches them only because 10.1 is not a known device.
+    rule = sass_runs_on if family.startswith("sm_") else ptx_runs_on
+    assert [capability for capability in KNOWN_CAPABILITIES if rule(family, capability)] == members
+
+
+def test_sm_101_is_a_binary_arch_but_no_known_device():
+    assert parse_arch("sm_101a") == ("sm", Arch(10, 1, "a"))
+    with pytest.raises(ArchError, match="not the compute capability of any known NVIDIA GPU"):
+        parse_capability("10.1")
 
 
 @pytest.mark.parametrize(("arch", "capability", "expected"), [

@@ -84,3 +84,27 @@ def test_a_container_of_minimal_entries_is_refused(tmp_path):
         scan_file(path)
     path.write_bytes(CONTAINER.pack(0xBA55ED50, 1, 16, 48 * 1000) + entry * 1000)
     assert scan_file(path) == EMPTY  # entries of a kind that is not code are skipped, not errors
+
+
+# ELF headers that cannot hold device code, or are cut short (the fuzz test cuts real fixtures).
+ELF64_LE = b"\x7fELF\x02\x01\x01" + b"\0" * 57
+
+
+@pytest.mark.parametrize("name", ["libcut.so", "kernel.cubin", "kernel.o"])
+@pytest.mark.parametrize("size", [1, 3, 4, 20, 63])
+def test_elf_cut_inside_its_header_is_truncated(tmp_path, name, size):
+    path = tmp_path / name
+    path.write_bytes(ELF64_LE[:size])
+    with pytest.raises(FatbinError, match=rf"{name}: truncated ELF header \({size} of 64 bytes\)"):
+        scan_file(path)
+
+
+@pytest.mark.parametrize("ident", [b"\x7fELF\x01\x01", b"\x7fELF\x02\x02"], ids=["elf32", "big-endian"])
+def test_elf_that_is_not_64_bit_little_endian(tmp_path, ident):
+    library = tmp_path / "libarm32.so"
+    library.write_bytes(ident + b"\0" * 58)
+    assert scan_file(library) == EMPTY  # a host library of another ABI: CUDA has no device code for it
+    cubin = tmp_path / "kernel.cubin"
+    cubin.write_bytes(ident + b"\0" * 58)
+    with pytest.raises(FatbinError, match=r"not a cubin or fatbin \(a 32-bit or big-endian ELF; expected"):
+        scan_file(cubin)

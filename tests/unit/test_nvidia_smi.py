@@ -6,7 +6,9 @@ files) is real.
 """
 
 import json
+import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,8 @@ from ansible.module_utils.nvidia_smi import (
     parse_query,
     read_kernel_module_version,
 )
+from documented import module_block
+from processes import AFTER_TIMEOUT, gone, kill_pid_in
 
 STAND_INS = Path(__file__).resolve().parent.parent / "stand_ins"
 STAND_IN = str(STAND_INS / "nvidia-smi")
@@ -122,6 +126,28 @@ def test_hung_nvidia_smi_is_bounded(replay, tmp_path):
     assert "did not answer within 1 s" in facts["reason"]
 
 
+def test_hung_nvidia_smi_and_its_helpers_are_bounded(tmp_path):
+    # STAND-IN for a hung nvidia-smi that started a helper in its session and one outside it (setsid):
+    # the first must be killed with it, the second must not hold gpu_facts beyond timeout + grace.
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n"
+                   f"sleep 30 & echo $! > {tmp_path}/in-session.pid\n"
+                   f"setsid sleep 30 & echo $! > {tmp_path}/escaped.pid\n"
+                   "exec sleep 30\n")
+    smi.chmod(0o755)
+    start = time.monotonic()
+    try:
+        facts = gpu_facts(str(smi), timeout=1, module_version_files=[])
+        assert time.monotonic() - start < 1 + AFTER_TIMEOUT
+        assert facts["present"] is False
+        assert facts["reason"].startswith(f"{smi} did not answer within 1 s (a hung GPU or driver?")
+        assert "outside its session (setsid) survived the kill" in facts["reason"]
+        assert gone(int((tmp_path / "in-session.pid").read_text())), "nvidia-smi's helper survived"
+    finally:
+        kill_pid_in(tmp_path / "in-session.pid")
+        kill_pid_in(tmp_path / "escaped.pid")
+
+
 def test_this_machine_has_no_gpu():
     if shutil.which("nvidia-smi"):
         pytest.skip("this machine has nvidia-smi; the GPU-less path is covered by the recordings")
@@ -137,6 +163,16 @@ def test_named_nvidia_smi_that_does_not_exist(tmp_path):
     assert facts["reason"] == f"nvidia-smi not found at {tmp_path / 'nvidia-smi'}"
 
 
+def test_nvidia_smi_given_by_name_is_looked_up_on_path(monkeypatch):
+    monkeypatch.setenv("NVIDIA_SMI_RECORDING", str(RECORDINGS / "h200-x8"))
+    monkeypatch.setenv("PATH", f"{STAND_INS}{os.pathsep}{os.environ['PATH']}")
+    facts = gpu_facts("nvidia-smi", module_version_files=[])
+    assert facts["present"] is True
+    assert facts["nvidia_smi"] == STAND_IN
+    missing = gpu_facts("nvidia-smi-that-is-not-there", module_version_files=[])
+    assert missing["reason"] == "nvidia-smi-that-is-not-there not found on PATH"
+
+
 def test_kernel_module_version_files(tmp_path):
     proc = tmp_path / "proc-version"
     proc.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.172.08  Tue Jul  8 18:59:49 UTC "
@@ -146,7 +182,12 @@ def test_kernel_module_version_files(tmp_path):
     assert read_kernel_module_version([str(tmp_path / "absent"), str(proc)]) == ("570.172.08", str(proc))
     assert read_kernel_module_version([str(sys_file), str(proc)]) == ("580.95.05", str(sys_file))
     assert read_kernel_module_version([str(tmp_path / "absent")]) == (None, None)
-    assert KERNEL_MODULE_VERSION_FILES[0] == "/sys/module/nvidia/version"
+
+
+def test_documented_default_module_version_files_are_the_ones_read():
+    # Users read the module's documented default; the code reads KERNEL_MODULE_VERSION_FILES.
+    options = module_block("gpu_facts", "DOCUMENTATION")["options"]
+    assert options["kernel_module_version_files"]["default"] == list(KERNEL_MODULE_VERSION_FILES)
 
 
 def test_parse_query_values():

@@ -4,11 +4,10 @@ The probe itself runs against real torch installs in tests/integration/test_torc
 """
 
 import pytest
-from ansible.module_utils.cuda_arch import ArchError
 from ansible.module_utils.torch_probe import (
     check_requirements,
     missing_capabilities,
-    parse_capabilities,
+    rate,
     split_arch_list,
 )
 
@@ -41,19 +40,8 @@ def test_missing_capabilities(arch_list, require, missing):
     assert missing_capabilities(arch_list, require) == missing
 
 
-def test_parse_capabilities_errors():
-    assert parse_capabilities(["12.0", "120", "sm_90"]) == ["12.0", "12.0", "9.0"]
-    assert parse_capabilities(None) == []
-    with pytest.raises(ArchError, match="write it as a quoted string"):
-        parse_capabilities([12.0])
-    with pytest.raises(ArchError, match="not a CUDA architecture"):
-        parse_capabilities(["blackwell"])
-    with pytest.raises(ArchError, match="not the compute capability of any known NVIDIA GPU"):
-        parse_capabilities(["9.9"])
-
-
 def test_cpu_build_message_names_a_cuda_index():
-    message = check_requirements(facts("cpu", version="2.13.0+cpu", cuda=None), ["12.0"],
+    message = check_requirements(rate(facts("cpu", version="2.13.0+cpu", cuda=None), ["12.0"]),
                                  "https://mirror.example/whl/cu130")
     assert message == (
         "torch 2.13.0+cpu in /venv/bin/python is a CPU build (torch.version.cuda is None): it cannot run "
@@ -62,18 +50,27 @@ def test_cpu_build_message_names_a_cuda_index():
 
 
 def test_rocm_build_message():
-    message = check_requirements(facts("rocm", ["gfx942"], "2.9.0+rocm6.4", None, "6.4"), ["9.0"])
+    message = check_requirements(rate(facts("rocm", ["gfx942"], "2.9.0+rocm6.4", None, "6.4"), ["9.0"]))
     assert "is a ROCm build (HIP 6.4)" in message
     assert "the PyTorch CUDA wheel index serves them (its whl/cu130 channel" in message
     assert "torch==2.9.0 from PyPI is a CUDA build too" in message
 
 
 def test_missing_message_lists_arch_list():
-    message = check_requirements(facts("cuda", TORCH_2_14_1), ["12.0", "11.0"])
+    message = check_requirements(rate(facts("cuda", TORCH_2_14_1), ["12.0", "11.0"]))
     assert message.startswith("torch 2.14.1+cu130 in /venv/bin/python (CUDA 13.0) has no code for "
                               "capability 11.0: its arch list is sm_75 sm_80 sm_86 sm_90 sm_100 sm_120.")
 
 
+def test_rate_marks_what_is_missing_and_which_devices_are_covered():
+    rated = rate({**facts("cuda", TORCH_2_14_1), "devices": [
+        {"index": 0, "capability": "12.1"}, {"index": 1, "capability": "11.0"}]}, ["12.0", "11.0"])
+    assert rated["require"] == ["12.0", "11.0"]
+    assert rated["missing"] == ["11.0"]
+    assert [d["covered"] for d in rated["devices"]] == [True, False]
+    assert rate(facts("cpu", cuda=None), ["9.0"])["missing"] == ["9.0"]
+
+
 def test_nothing_required_or_all_covered():
-    assert check_requirements(facts("cpu", cuda=None), []) is None
-    assert check_requirements(facts("cuda", TORCH_2_14_1), ["12.0", "9.0"]) is None
+    assert check_requirements(rate(facts("cpu", cuda=None), [])) is None
+    assert check_requirements(rate(facts("cuda", TORCH_2_14_1), ["12.0", "9.0"])) is None

@@ -1,0 +1,32 @@
+"""Helpers for tests that start processes which must end: wait for a pid to go, clean up by pid."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+# What a timed-out call may take beyond its timeout: the kill grace of module_utils/bounded_run.py
+# (5 s) plus time for starting interpreters on a loaded 2-core machine.
+AFTER_TIMEOUT = 5 + 3
+
+
+def gone(pid: int, within: float = 5.0) -> bool:
+    """Whether ``pid`` no longer exists within ``within`` seconds (an orphan is reaped shortly after)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def kill_pid_in(path: Path) -> None:
+    """Kill the process whose pid a test helper wrote to ``path``, if it is still there."""
+    if path.exists():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(path.read_text()), signal.SIGKILL)
