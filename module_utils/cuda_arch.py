@@ -207,12 +207,9 @@ def ptx_runs_on(arch, capability):
     """Can PTX for ``arch`` (Arch or "compute_XY[af]") be JIT-compiled for ``capability``?"""
     if not isinstance(arch, Arch):
         arch = parse_arch(arch)[1]
-    major, minor = capability_tuple(capability)
-    if arch.suffix == "a":
-        return (arch.major, arch.minor) == (major, minor)
-    if arch.suffix == "f":
-        return arch.major == major and minor >= arch.minor
-    return (major, minor) >= (arch.major, arch.minor)
+    if arch.suffix:  # arch-specific and family PTX reach exactly the devices their SASS would
+        return sass_runs_on(arch, capability)
+    return capability_tuple(capability) >= (arch.major, arch.minor)
 
 
 def runs_on(sass, ptx, capability):
