@@ -33,6 +33,8 @@ def assert_clean_failure(outcome, message):
     ("gpu_facts", {}, "nvidia_smi.gpu_facts"),
     ("sgl_kernel_variants", {"package_dir": "/tmp", "capability": "9.0"},
      "sgl_kernel_probe.check_sgl_kernel"),
+    ("stack_plan", {"profile": {}, "stack_root": "/tmp"}, "stack_profile.validate_profile"),
+    ("stack_retention", {"stack_root": "/tmp"}, "stack_profile.stacks_to_prune"),
 ])
 def test_unexpected_error_is_a_clean_failure(module, args, fail_in):
     outcome = run_module_directly(module, args, fail_in=fail_in)
