@@ -2,7 +2,9 @@
 
 ``fleet``: three hosts, booted once per session and torn down at its end (also when tests fail; a
 killed session's fleet is removed by the next session's ``gc()``). ``fleet_play``: run a playbook
-against it through ansible-runner, with per-host task results and stats.
+against it through ansible-runner, with per-host task results and stats. ``fleet_stack``: the real
+stack roles (playbooks/site.yml) ran on the fleet: torch 2.14.1 (cu130) from the wheelhouse in a stack
+that `current` points to on every host (tests/stackrun.py).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import copy
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -20,6 +23,7 @@ from fleet.base import ensure_base
 from fleet.system import FLEET_TOOLS
 from fleet_present import present
 from prereq import require
+from stackrun import StackRun, fill_wheelhouse, seed_wheel_cache, stack_extravars
 
 
 def require_fleet_tools() -> None:
@@ -58,3 +62,24 @@ def fleet_play(fleet):
         return run_playbook(playbook, fleet.inventory, envvars={"ANSIBLE_CACHE_PLUGIN": "memory",
                                                                **(envvars or {})}, **kwargs)
     return play
+
+
+@pytest.fixture(scope="session")
+def fleet_stack(fleet, fleet_play, tmp_path_factory) -> StackRun:
+    """site.yml on the session fleet: a check run on the fresh hosts, then the real run (once)."""
+    wheelhouse = fill_wheelhouse()
+    workdir = tmp_path_factory.mktemp("fleet-stack")
+    cache = workdir / "wheel-cache"
+    uncached = seed_wheel_cache(cache, wheelhouse)
+    stack = StackRun(fleet=fleet, play=fleet_play, workdir=workdir, wheel_cache=cache,
+                     uncached_wheel=uncached, extravars=stack_extravars(fleet, cache))
+    stack.check_run = stack.run(check=True)
+    stack.left_by_check = [f"{host}:{path}" for host in stack.hosts
+                           for path in (stack.root, "/opt/sglang/tools", "/var/cache/sglang")
+                           if fleet.ssh(host, f"test -e {path}", check=False).returncode == 0]
+    start = time.monotonic()
+    stack.first_run = stack.run()
+    stack.first_seconds = time.monotonic() - start
+    assert stack.first_run.rc == 0, stack.first_run.stdout[-6000:]
+    stack.stack_names = {host: stack.current(host) for host in stack.hosts}
+    return stack
