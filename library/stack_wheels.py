@@ -6,8 +6,8 @@ DOCUMENTATION = r"""
 module: stack_wheels
 short_description: Compare a stack's pinned wheels with a wheel cache's listing
 description:
-  - Reads the stack's lock files (written by C(uv pip compile --emit-index-url --emit-find-links)):
-    the package sources they were resolved from and their exact pins.
+  - Reads the stack's lock files (written by C(uv pip compile --emit-index-url --emit-find-links)), that
+    is the package sources they were resolved from and their exact pins.
   - Returns the pins that no wheel in O(cached) satisfies (same name and version, and a platform tag
     of C(any) or this machine's architecture), and the pip requirements text that downloads exactly
     those from the lock's sources.
