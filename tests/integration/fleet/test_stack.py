@@ -12,6 +12,7 @@ import hashlib
 
 import pytest
 from cache import wheelhouse
+from documented import assert_documented
 from stackrun import profile_file
 
 pytestmark = pytest.mark.integration
@@ -65,6 +66,10 @@ def test_stack_layout_current_manifest_constraints_sealed(fleet_stack):
     for host in fleet_stack.hosts:
         name = fleet_stack.stack_names[host]
         plan = fleet_stack.first_run.task(host, PLAN)
+        assert_documented("stack_plan", plan)
+        first = fleet_stack.first_run
+        assert_documented("stack_retention", first.task(host, "Find old stacks beyond stack_keep"))
+        assert_documented("stack_wheels", first.task(host, "Find the stack's wheels the cache lacks"))
         assert name == plan["stack_name"] == f"stable-{plan['fingerprint'][:12]}"
         remote = fleet_stack.fleet.testinfra(host)
         path = f"{fleet_stack.root}/{name}"
@@ -97,7 +102,7 @@ def test_second_run_changes_nothing(fleet_stack, second_run):
     assert second_run.stats.get("changed", {}) == {}, second_run.stats
     for host in fleet_stack.hosts:
         assert second_run.task(host, READ_TORCH)["torch_version"] == TORCH_VERSION
-        assert fleet_stack.current(host) == f"{fleet_stack.root}/{fleet_stack.stack_names[host]}"
+        assert fleet_stack.current(host) == fleet_stack.stack_names[host]
 
 
 def test_cpu_torch_fails_naming_the_build_and_current_is_untouched(fleet_stack, second_run):
@@ -133,7 +138,7 @@ def test_changed_pin_makes_a_second_stack_beside_the_first(fleet_stack, second_r
         assert second != first
         assert second.startswith("stable-")
         assert fleet_stack.stacks(host) == sorted([first, second])
-        assert fleet_stack.current(host) == f"{fleet_stack.root}/{second}"
+        assert fleet_stack.current(host) == second
         assert changed.task(host, READ_TORCH)["torch_version"] == TORCH_VERSION
         # the first stack was not touched
         assert fleet_stack.fleet.ssh(host, f"sha256sum {fleet_stack.root}/{first}/stack.json").stdout \
@@ -144,7 +149,7 @@ def test_changed_pin_makes_a_second_stack_beside_the_first(fleet_stack, second_r
     assert back.rc == 0, back.stdout[-4000:]
     assert back.task(host, "Install the locked torch")["event"] == "runner_on_skipped"
     assert back.task(host, "Point current at the stack")["changed"] is True
-    assert fleet_stack.current(host) == f"{fleet_stack.root}/{first}"
+    assert fleet_stack.current(host) == first
     fleet_stack.fleet.ssh(host, f"rm -rf {fleet_stack.root}/{second}")
 
 
