@@ -144,13 +144,15 @@ def test_changed_pin_makes_a_second_stack_beside_the_first(fleet_stack, second_r
         assert fleet_stack.fleet.ssh(host, f"sha256sum {fleet_stack.root}/{first}/stack.json").stdout \
             == first_manifest
     finally:
-        # back to the session's stack: sealed, so only the link changes
-        back = fleet_stack.run(limit=host)
+        # back to the session's stack, keeping no old stack: sealed, so only the link changes, and
+        # the second stack (no longer current) is pruned
+        back = fleet_stack.run(limit=host, stack_keep=0)
     assert back.rc == 0, back.stdout[-4000:]
     assert back.task(host, "Install the locked torch")["event"] == "runner_on_skipped"
     assert back.task(host, "Point current at the stack")["changed"] is True
+    assert back.task(host, "Find old stacks beyond stack_keep")["remove"] == [second]
     assert fleet_stack.current(host) == first
-    fleet_stack.fleet.ssh(host, f"rm -rf {fleet_stack.root}/{second}")
+    assert fleet_stack.stacks(host) == [first]
 
 
 BAD_INPUT = {
