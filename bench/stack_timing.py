@@ -9,7 +9,8 @@
    nothing. The wheel cache is a temporary directory seeded with the wheelhouse (nothing to fetch).
 2. On the first host: installs the same torch==2.14.1 from the same wheelhouse into a fresh venv with
    uv (cold: an empty cache; warm: the stack's cache, which hardlinks) and with pip (--no-cache-dir),
-   and prints the times side by side. Everything it made is removed; the fleet is torn down.
+   and prints the times side by side (in /var/tmp: the hosts' /tmp is a small tmpfs). Everything it
+   made is removed; the fleet is torn down.
 """
 
 from __future__ import annotations
@@ -52,22 +53,23 @@ def uv_vs_pip(fleet, host) -> dict:
     trusted = url.split("//", 1)[1].split(":", 1)[0]
     uv = "/opt/sglang/tools/uv-0.13.8/bin/uv"
     sources = f"--no-index --find-links {url}"
-    fleet.ssh(host, "rm -rf /tmp/bench-uv /tmp/bench-uv-cache /tmp/bench-uvw /tmp/bench-pip")
+    tmp = "/var/tmp/stack-bench"  # not /tmp: a small tmpfs on the hosts
+    fleet.ssh(host, f"rm -rf {tmp}")
     try:
-        fleet.ssh(host, f"{uv} venv -q --python 3.11 /tmp/bench-uv && "
-                        f"{uv} venv -q --python 3.11 /tmp/bench-uvw && python3 -m venv /tmp/bench-pip")
+        fleet.ssh(host, f"{uv} venv -q --python 3.11 {tmp}/uv && {uv} venv -q --python 3.11 {tmp}/uvw "
+                        f"&& python3 -m venv {tmp}/pip")
         return {
-            "uv, empty cache": timed_ssh(fleet, host, f"UV_CACHE_DIR=/tmp/bench-uv-cache {uv} pip install -q "
-                                                      f"--python /tmp/bench-uv/bin/python {sources} {TORCH}"),
+            "uv, empty cache": timed_ssh(fleet, host, f"UV_CACHE_DIR={tmp}/uv-cache {uv} pip install -q "
+                                                      f"--python {tmp}/uv/bin/python {sources} {TORCH}"),
             "uv, the stack's warm cache": timed_ssh(
                 fleet, host, f"UV_CACHE_DIR=/var/cache/sglang/uv {uv} pip install -q "
-                             f"--python /tmp/bench-uvw/bin/python {sources} {TORCH}"),
-            "pip, no cache": timed_ssh(fleet, host, f"/tmp/bench-pip/bin/pip install -q --no-cache-dir "
+                             f"--python {tmp}/uvw/bin/python {sources} {TORCH}"),
+            "pip, no cache": timed_ssh(fleet, host, f"{tmp}/pip/bin/pip install -q --no-cache-dir "
                                                     f"--disable-pip-version-check {sources} "
                                                     f"--trusted-host {trusted} {TORCH}"),
         }
     finally:
-        fleet.ssh(host, "rm -rf /tmp/bench-uv /tmp/bench-uv-cache /tmp/bench-uvw /tmp/bench-pip", check=False)
+        fleet.ssh(host, f"rm -rf {tmp}", check=False)
 
 
 def main() -> int:
@@ -87,17 +89,17 @@ def main() -> int:
             extravars = stack_extravars(fleet, Path(cache))
             first = play(fleet, extravars)
             second = play(fleet, extravars)
+        print(f"site.yml (preflight, stack, pytorch, activate, summary) on {args.hosts} fleet hosts, "
+              "wheels from the served wheelhouse:")
+        for label, (seconds, changed) in (("first run", first), ("second run (no-op)", second)):
+            per_host = ", ".join(f"{host} {count}" for host, count in sorted(changed.items())) or "none"
+            print(f"  {label:<20} {seconds:7.1f} s   changed {sum(changed.values()):3d} ({per_host})")
         installs = uv_vs_pip(fleet, fleet.hosts[0]["name"])
+        print("torch 2.14.1 (cu130) + dependencies into a fresh venv on one host, from the same wheelhouse:")
+        for label, seconds in installs.items():
+            print(f"  {label:<28} {seconds:7.1f} s")
     finally:
         fleet.down()
-    print(f"site.yml (preflight, stack, pytorch, activate, summary) on {args.hosts} fleet hosts, "
-          "wheels from the served wheelhouse:")
-    for label, (seconds, changed) in (("first run", first), ("second run (no-op)", second)):
-        per_host = ", ".join(f"{host} {count}" for host, count in sorted(changed.items())) or "none"
-        print(f"  {label:<20} {seconds:7.1f} s   changed {sum(changed.values()):3d} ({per_host})")
-    print("torch 2.14.1 (cu130) + dependencies into a fresh venv on one host, from the same wheelhouse:")
-    for label, seconds in installs.items():
-        print(f"  {label:<28} {seconds:7.1f} s")
     return 0
 
 
