@@ -55,19 +55,24 @@ def uv_vs_pip(fleet, host) -> dict:
     sources = f"--no-index --find-links {url}"
     tmp = "/var/tmp/stack-bench"  # not /tmp: a small tmpfs on the hosts
     fleet.ssh(host, f"rm -rf {tmp}")
+    runs = {  # one at a time, each removed before the next: a CUDA torch venv is ~5 GB
+        "uv, the stack's warm cache": (f"{uv} venv -q --python 3.11 {tmp}/venv",
+                                       f"UV_CACHE_DIR=/var/cache/sglang/uv {uv} pip install -q "
+                                       f"--python {tmp}/venv/bin/python {sources} {TORCH}"),
+        "uv, empty cache": (f"{uv} venv -q --python 3.11 {tmp}/venv",
+                            f"UV_CACHE_DIR={tmp}/uv-cache {uv} pip install -q "
+                            f"--python {tmp}/venv/bin/python {sources} {TORCH}"),
+        "pip, no cache": (f"python3 -m venv {tmp}/venv",
+                          f"{tmp}/venv/bin/pip install -q --no-cache-dir --disable-pip-version-check "
+                          f"{sources} --trusted-host {trusted} {TORCH}"),
+    }
+    seconds = {}
     try:
-        fleet.ssh(host, f"{uv} venv -q --python 3.11 {tmp}/uv && {uv} venv -q --python 3.11 {tmp}/uvw "
-                        f"&& python3 -m venv {tmp}/pip")
-        return {
-            "uv, empty cache": timed_ssh(fleet, host, f"UV_CACHE_DIR={tmp}/uv-cache {uv} pip install -q "
-                                                      f"--python {tmp}/uv/bin/python {sources} {TORCH}"),
-            "uv, the stack's warm cache": timed_ssh(
-                fleet, host, f"UV_CACHE_DIR=/var/cache/sglang/uv {uv} pip install -q "
-                             f"--python {tmp}/uvw/bin/python {sources} {TORCH}"),
-            "pip, no cache": timed_ssh(fleet, host, f"{tmp}/pip/bin/pip install -q --no-cache-dir "
-                                                    f"--disable-pip-version-check {sources} "
-                                                    f"--trusted-host {trusted} {TORCH}"),
-        }
+        for label, (create, install) in runs.items():
+            fleet.ssh(host, create)
+            seconds[label] = timed_ssh(fleet, host, install)
+            fleet.ssh(host, f"rm -rf {tmp}")
+        return seconds
     finally:
         fleet.ssh(host, f"rm -rf {tmp}", check=False)
 
