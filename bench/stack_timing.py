@@ -53,7 +53,7 @@ def uv_vs_pip(fleet, host) -> dict:
     trusted = url.split("//", 1)[1].split(":", 1)[0]
     uv = "/opt/sglang/tools/uv-0.13.8/bin/uv"
     sources = f"--no-index --find-links {url}"
-    tmp = "/var/tmp/stack-bench"  # not /tmp: a small tmpfs on the hosts
+    tmp = "/var/tmp/stack-bench"  # not /tmp (pip unpacks there): a small tmpfs on the hosts
     fleet.ssh(host, f"rm -rf {tmp}")
     runs = {  # one at a time, each removed before the next: a CUDA torch venv is ~5 GB
         "uv, the stack's warm cache": (f"{uv} venv -q --python 3.11 {tmp}/venv",
@@ -62,9 +62,9 @@ def uv_vs_pip(fleet, host) -> dict:
         "uv, empty cache": (f"{uv} venv -q --python 3.11 {tmp}/venv",
                             f"UV_CACHE_DIR={tmp}/uv-cache {uv} pip install -q "
                             f"--python {tmp}/venv/bin/python {sources} {TORCH}"),
-        "pip, no cache": (f"python3 -m venv {tmp}/venv",
-                          f"{tmp}/venv/bin/pip install -q --no-cache-dir --disable-pip-version-check "
-                          f"{sources} --trusted-host {trusted} {TORCH}"),
+        "pip, no cache": (f"python3 -m venv {tmp}/venv && mkdir {tmp}/tmp",
+                          f"TMPDIR={tmp}/tmp {tmp}/venv/bin/pip install -q --no-cache-dir "
+                          f"--disable-pip-version-check {sources} --trusted-host {trusted} {TORCH}"),
     }
     seconds = {}
     try:
