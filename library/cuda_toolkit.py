@@ -181,8 +181,13 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.cuda_arch import ArchError, cuda_version_tuple, parse_capabilities
-from ansible.module_utils.cuda_toolkit import (ToolkitError, check_toolkit, find_nvcc, inspect_toolkit,
-                                               toolkit_env)
+from ansible.module_utils.cuda_toolkit import (
+    ToolkitError,
+    check_toolkit,
+    find_nvcc,
+    inspect_toolkit,
+    toolkit_env,
+)
 
 
 def main():

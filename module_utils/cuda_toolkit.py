@@ -77,7 +77,7 @@ def _is_executable(path):
 
 def _run(nvcc, args, timeout):
     try:
-        returncode, stdout, stderr = run_bounded([nvcc, *args], timeout, merge_stderr=True)
+        returncode, stdout, _stderr = run_bounded([nvcc, *args], timeout, merge_stderr=True)
     except RunTimeout as exc:
         raise ToolkitError(f"{nvcc} {' '.join(args)}: {exc}") from None
     except OSError as exc:

@@ -79,5 +79,5 @@ def serve(directory: Path, address: str) -> Iterator[str]:
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):  # noqa: A002 (the base class's signature)
+    def log_message(self, format, *args):
         pass

@@ -3,11 +3,23 @@
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.cuda_arch import (ArchError, cuda_requirements, cuda_version_tuple, kernel_target,
-                                            min_cuda_for_target)
-from ansible.module_utils.cuda_toolkit import (ToolkitError, check_toolkit, find_nvcc, inspect_toolkit,
-                                               parse_gpu_arch_list, parse_nvcc_version, parse_toolkit_root,
-                                               toolkit_env)
+from ansible.module_utils.cuda_arch import (
+    ArchError,
+    cuda_requirements,
+    cuda_version_tuple,
+    kernel_target,
+    min_cuda_for_target,
+)
+from ansible.module_utils.cuda_toolkit import (
+    ToolkitError,
+    check_toolkit,
+    find_nvcc,
+    inspect_toolkit,
+    parse_gpu_arch_list,
+    parse_nvcc_version,
+    parse_toolkit_root,
+    toolkit_env,
+)
 
 STAND_IN = Path(__file__).resolve().parents[1] / "stand_ins" / "nvcc-12.6"
 
@@ -51,16 +63,17 @@ def test_kernel_target_is_arch_specific_from_hopper_on(capability, target):
     assert kernel_target(capability) == target
 
 
-@pytest.mark.parametrize(("capabilities", "extra", "min_version", "reason", "compute", "max_major"), [
-    (["12.0", "10.0"], [], "12.8", "sm_120a needs CUDA >= 12.8", ["compute_100", "compute_120"], None),
-    (["12.0"], ["sm_120f"], "12.9", "sm_120f needs CUDA >= 12.9", ["compute_120"], None),
-    (["12.1"], [], "12.9", "sm_121a needs CUDA >= 12.9", ["compute_121"], None),
-    (["9.0", "8.0"], [], "12.0", "sm_90a needs CUDA >= 12.0", ["compute_80", "compute_90"], None),
-    (["11.0"], [], "13.0", "sm_110a needs CUDA >= 13.0", ["compute_110"], None),
-    (["7.0", "9.0"], [], "12.0", "sm_90a needs CUDA >= 12.0", ["compute_70", "compute_90"], 12),
-    (["13.0"], [], None, None, ["compute_130"], None),  # newer than the table: nvcc's list decides
+@pytest.mark.parametrize(("capabilities", "extra", "expected"), [
+    (["12.0", "10.0"], [], ("12.8", "sm_120a needs CUDA >= 12.8", ["compute_100", "compute_120"], None)),
+    (["12.0"], ["sm_120f"], ("12.9", "sm_120f needs CUDA >= 12.9", ["compute_120"], None)),
+    (["12.1"], [], ("12.9", "sm_121a needs CUDA >= 12.9", ["compute_121"], None)),
+    (["9.0", "8.0"], [], ("12.0", "sm_90a needs CUDA >= 12.0", ["compute_80", "compute_90"], None)),
+    (["11.0"], [], ("13.0", "sm_110a needs CUDA >= 13.0", ["compute_110"], None)),
+    (["7.0", "9.0"], [], ("12.0", "sm_90a needs CUDA >= 12.0", ["compute_70", "compute_90"], 12)),
+    (["13.0"], [], (None, None, ["compute_130"], None)),  # newer than the table: nvcc's list decides
 ])
-def test_cuda_requirements(capabilities, extra, min_version, reason, compute, max_major):
+def test_cuda_requirements(capabilities, extra, expected):
+    min_version, reason, compute, max_major = expected
     needs = cuda_requirements(capabilities, extra)
     assert (needs["min_version"], needs["min_version_reason"]) == (min_version, reason)
     assert needs["compute_archs"] == compute
@@ -115,7 +128,8 @@ def test_a_different_release_than_the_stack_asks_for():
 
 def test_a_release_alone_is_checked_before_installing():
     problems, _needs, missing = check_toolkit({"version": "12.6"}, ["12.0"])
-    assert problems == ["CUDA 12.6 is older than the targets need: sm_120a needs CUDA >= 12.8 (targets sm_120a)"]
+    assert problems == [
+        "CUDA 12.6 is older than the targets need: sm_120a needs CUDA >= 12.8 (targets sm_120a)"]
     assert missing == []
     assert check_toolkit({"version": "12.8"}, ["12.0"], ["sm_120f"])[0] == [
         "CUDA 12.8 is older than the targets need: sm_120f needs CUDA >= 12.9 (targets sm_120a, sm_120f)"]
