@@ -264,3 +264,19 @@ def test_apt_rerun_changes_nothing(fleet, apt_runs):
     host, _url, _key, _check, _first, second = apt_runs
     assert second.rc == 0, second.stdout
     assert changed_tasks(second, host) == []
+
+
+def test_the_repository_entry_point_writes_the_same_source(fleet, fleet_play, apt_runs):
+    """What the nvidia_driver role will do (include_role tasks_from=repository): on a host where the apt
+    method ran, nothing changes; the source exists once."""
+    host, url, key, _check, _first, _second = apt_runs
+    play = [{"name": "the driver role's use", "hosts": host, "gather_facts": True, "tasks": [
+        {"name": "Set up NVIDIA's CUDA repository", "ansible.builtin.include_role": {
+            "name": "cuda_toolchain", "tasks_from": "repository"},
+         "vars": {"cuda_toolchain_apt_base_url": url, "cuda_toolchain_apt_keyring_file": str(key)}}]}]
+    result = fleet_play(play)
+    assert result.rc == 0, result.stdout
+    assert result.task(host, "Write the CUDA repository as a deb822 source")["changed"] is False
+    assert changed_tasks(result, host) == []
+    sources = fleet.ssh(host, "grep -rl 'debian12/x86_64' /etc/apt/sources.list.d/").stdout.split()
+    assert sources == ["/etc/apt/sources.list.d/cuda.sources"]
