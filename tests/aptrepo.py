@@ -21,16 +21,17 @@ from pathlib import Path
 from typing import Iterator
 
 
-def _stand_in_deb(workdir: Path, package: str, version: str) -> Path:
+def _stand_in_deb(workdir: Path, package: str, version: str) -> tuple[Path, str]:
+    """A package that installs nothing, and its control stanza."""
+    control = (f"Package: {package}\nVersion: {version}\nArchitecture: all\nMaintainer: sglang-fleet tests\n"
+               f"Description: STAND-IN for NVIDIA's {package} (tests only)\n installs nothing.\n")
     root = workdir / f"{package}-root"
     (root / "DEBIAN").mkdir(parents=True)
-    (root / "DEBIAN" / "control").write_text(
-        f"Package: {package}\nVersion: {version}\nArchitecture: all\nMaintainer: sglang-fleet tests\n"
-        f"Description: STAND-IN for NVIDIA's {package} (tests only)\n installs nothing.\n")
+    (root / "DEBIAN" / "control").write_text(control)
     deb = workdir / f"{package}_{version}_all.deb"
     subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(root), str(deb)], check=True,
                    capture_output=True)
-    return deb
+    return deb, control
 
 
 def build_repository(root: Path, distro: str, arch: str, packages: dict[str, str]) -> Path:
@@ -46,11 +47,15 @@ def build_repository(root: Path, distro: str, arch: str, packages: dict[str, str
                                    capture_output=True).stdout)
     repo = root / "www" / distro / arch
     repo.mkdir(parents=True)
+    stanzas = []
     for package, version in packages.items():
-        deb = _stand_in_deb(root, package, version)
+        deb, control = _stand_in_deb(root, package, version)
+        data = deb.read_bytes()
         deb.rename(repo / deb.name)
-    listing = subprocess.run(["dpkg-scanpackages", "--multiversion", "."], cwd=repo, check=True,
-                             capture_output=True).stdout
+        md5, sha256 = hashlib.md5(data).hexdigest(), hashlib.sha256(data).hexdigest()
+        stanzas.append(f"{control}Filename: ./{deb.name}\nSize: {len(data)}\n"
+                       f"MD5sum: {md5}\nSHA256: {sha256}\n")
+    listing = "\n".join(stanzas).encode()
     (repo / "Packages").write_bytes(listing)
     sums = {name: hashlib.new(name, listing).hexdigest() for name in ("md5", "sha256")}
     release = (f"Origin: sglang-fleet tests\nLabel: stand-in CUDA repository\nArchitectures: {arch} all\n"

@@ -8,6 +8,7 @@ the project's fatbin scanner. There is no GPU: nothing runs the kernel.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -16,6 +17,7 @@ import yaml
 from aptrepo import build_repository, serve
 from cache import pip_download
 from documented import assert_documented
+from prereq import require
 
 pytestmark = pytest.mark.integration
 
@@ -206,6 +208,7 @@ def test_pip_rerun_changes_nothing(fleet, pip_runs):
 
 @pytest.fixture(scope="module")
 def apt_repository(fleet, tmp_path_factory):
+    require(shutil.which("gpg") is not None, "gpg missing: apt-get install -y gnupg")
     root = tmp_path_factory.mktemp("cuda-apt")
     key = build_repository(root, "debian12", "x86_64", {"cuda-toolkit-13-0": "13.0.88-1"})
     with serve(root / "www", urlsplit(fleet.wheelhouse_url).hostname) as url:
