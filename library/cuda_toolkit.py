@@ -246,6 +246,12 @@ def check(module):
     except (ToolkitError, ArchError) as exc:
         module.fail_json(msg=str(exc), **result)
     result.update(requirements=requirements, missing_archs=missing, problems=problems)
+    unknown = [t["target"] for t in requirements["targets"] if t["min_version"] is None]
+    if unknown:
+        decides = ("nvcc --list-gpu-arch decides" if params["probe"]
+                   else "only the installed toolkit's nvcc --list-gpu-arch can tell")
+        module.warn(f"no known CUDA release rule for {', '.join(unknown)} (newer than the project's table in "
+                    f"module_utils/cuda_arch.py): {decides}")
     if problems and params["fail_on_problems"]:
         where = f" ({result['nvcc']})" if result["nvcc"] else ""
         module.fail_json(msg=f"CUDA {result['version']}{where} does not fit the targets "
