@@ -222,3 +222,87 @@ def runs_on(sass, ptx, capability):
     if any(ptx_runs_on(name, capability) for name in ptx):
         return "ptx-jit"
     return False
+
+
+# The first CUDA release whose nvcc compiles each target, per capability: (plain sm_XY, sm_XYa, sm_XYf);
+# None where the target does not exist. From NVIDIA's release notes and PTX ISA versions: 11.8 added
+# sm_89/sm_90, 12.0 sm_90a, 12.8 sm_100/101/120 (+a), 12.9 sm_103, sm_121 and every `f` target, 13.0
+# sm_88 and sm_110 (Thor, sm_101 under 12.x). A capability missing here (a GPU newer than this table)
+# has no rule: the nvcc --list-gpu-arch check still decides whether the toolkit can target it.
+FIRST_CUDA_FOR_TARGET = {
+    "5.0": ("6.0", None, None), "5.2": ("6.5", None, None), "5.3": ("7.0", None, None),
+    "6.0": ("8.0", None, None), "6.1": ("8.0", None, None), "6.2": ("8.0", None, None),
+    "7.0": ("9.0", None, None), "7.2": ("10.0", None, None), "7.5": ("10.0", None, None),
+    "8.0": ("11.0", None, None), "8.6": ("11.1", None, None), "8.7": ("11.4", None, None),
+    "8.8": ("13.0", None, None), "8.9": ("11.8", None, None), "9.0": ("11.8", "12.0", None),
+    "10.0": ("12.8", "12.8", "12.9"), "10.3": ("12.9", "12.9", "12.9"),
+    "11.0": ("13.0", "13.0", "13.0"), "12.0": ("12.8", "12.8", "12.9"),
+    "12.1": ("12.9", "12.9", "12.9"),
+}  # fmt: skip
+
+# CUDA 13.0 dropped offline compilation for Maxwell, Pascal and Volta: below 7.5 the last toolkit is 12.x.
+LAST_CUDA_MAJOR_BELOW_TURING = 12
+
+
+def cuda_version_tuple(version):
+    """(major, minor) ints for a CUDA version such as "12.8" or "13.0.88" (ArchError otherwise)."""
+    match = re.match(r"^\s*(\d+)\.(\d+)(?:\.\d+)*\s*$", str(version))
+    if isinstance(version, (bool, float)) or not match:
+        raise ArchError(f"{version!r} is not a CUDA version; write it as a quoted string such as \"13.0\"")
+    return int(match.group(1)), int(match.group(2))
+
+
+def min_cuda_for_target(name):
+    """The first CUDA release ("12.8") whose nvcc compiles target ``name`` ("sm_120a", "compute_100f",
+    "120"); None for a capability this table does not know. ArchError for a target that does not exist
+    (an `a` target below 9.0, an `f` target below 10.0)."""
+    _kind, arch = parse_arch(name)
+    capability = f"{arch.major}.{arch.minor}"
+    first = FIRST_CUDA_FOR_TARGET.get(capability)
+    if first is None:
+        return None
+    version = first[SUFFIXES.index(arch.suffix)]
+    if version is None:
+        exists = "9.0 and later" if arch.suffix == "a" else "10.0 and later"
+        raise ArchError(f"{name!r} is not a CUDA target: `{arch.suffix}` targets exist for capabilities "
+                        f"{exists} (use {format_arch(Arch(arch.major, arch.minor, ''))})")
+    return version
+
+
+def kernel_target(capability):
+    """The target whose first CUDA release bounds what a capability needs: sm_XYa from 9.0 on (plain
+    sm_90/sm_100/sm_120 builds of CUTLASS kernels compile to trap stubs, shared upstream facts), plain
+    sm_XY before."""
+    major, minor = capability_tuple(capability)
+    return f"sm_{major}{minor}{'a' if major >= 9 else ''}"
+
+
+def cuda_requirements(capabilities, extra_targets=()):
+    """What a CUDA toolkit must offer to build real kernels for ``capabilities`` (canonical "X.Y"
+    strings) and any ``extra_targets`` ("sm_120f"): a dict with
+
+    - ``min_version``: the newest of the first releases the targets need ("12.8"), None when no rule
+      applies; ``min_version_reason``: the target that sets it ("sm_120a needs CUDA >= 12.8");
+    - ``compute_archs``: the ``compute_XY`` names that ``nvcc --list-gpu-arch`` must list;
+    - ``max_major``: the newest CUDA major that still targets all of them (12 below 7.5), or None;
+    - ``targets``: each target with the release it needs (None: unknown to the table).
+
+    Raises ArchError for a malformed capability or a target that does not exist.
+    """
+    targets = [kernel_target(c) for c in capabilities] + list(extra_targets)
+    needs = []
+    for target in targets:
+        version = min_cuda_for_target(target)
+        needs.append({"target": format_arch(parse_arch(target)[1]), "min_version": version})
+    known = [n for n in needs if n["min_version"] is not None]
+    newest = max(known, key=lambda n: cuda_version_tuple(n["min_version"]), default=None)
+    compute = sorted_archs(format_arch(Arch(a.major, a.minor, ""), "compute")
+                          for a in (parse_arch(t)[1] for t in targets))
+    old = [c for c in capabilities if capability_tuple(c) < (7, 5)]
+    return {
+        "min_version": newest["min_version"] if newest else None,
+        "min_version_reason": f"{newest['target']} needs CUDA >= {newest['min_version']}" if newest else None,
+        "compute_archs": compute,
+        "max_major": LAST_CUDA_MAJOR_BELOW_TURING if old else None,
+        "targets": needs,
+    }

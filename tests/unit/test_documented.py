@@ -20,3 +20,4 @@ def test_every_module_documents_its_nested_returns():
     assert "loaded_expected" in documented_returns("sgl_kernel_variants")["import_check"]["contains"]
     assert "covered" in documented_returns("torch_cuda_archs")["devices"]["contains"]
     assert "capability" in documented_returns("gpu_facts")["gpus"]["contains"]
+    assert "min_version" in documented_returns("cuda_toolkit")["requirements"]["contains"]
