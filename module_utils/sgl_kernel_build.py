@@ -302,3 +302,57 @@ def offline_cmake_defines(deps, mirror_prefix=None, prefetched=None):
 
 def capability_sort(capabilities):
     return sorted(set(capabilities), key=capability_tuple)
+
+
+def drop_variant_targets(text, variants):
+    """Stop building and installing the common_ops variants in ``variants`` ("sm90", "sm100").
+
+    Their ``install(TARGETS <target> ...)`` lines become comments and the targets are excluded from
+    ``all`` (a line appended at the end, where the targets exist). Returns (text, [targets dropped]);
+    raises BuildPlanError when a target is not installed by a line of its own (upstream changed).
+    """
+    dropped = []
+    lines = text.splitlines(keepends=True)
+    for variant in variants:
+        target = VARIANT_TARGETS[variant]
+        pattern = re.compile(rf"^\s*install\s*\(\s*TARGETS\s+{re.escape(target)}\s")
+        hits = [i for i, line in enumerate(lines) if pattern.match(line)]
+        if not hits:
+            raise BuildPlanError(f"the CMakeLists has no 'install(TARGETS {target} ...)' line, so the "
+                                 f"{variant} variant cannot be left out; set sgl_kernel_narrow=false")
+        for i in hits:
+            lines[i] = f"# sgl_kernel narrowed: {lines[i].lstrip()}"
+        dropped.append(target)
+    if dropped:
+        if lines and not lines[-1].endswith("\n"):
+            lines[-1] += "\n"
+        lines.append(f"set_target_properties({' '.join(dropped)} PROPERTIES EXCLUDE_FROM_ALL ON)"
+                     "  # sgl_kernel narrowed\n")
+    return "".join(lines), dropped
+
+
+_URL_LINE = re.compile(r"^(\s*URL\s+)(\S+)", re.M)
+
+
+def rewrite_fetchcontent_urls(text, mirror_url):
+    """Point every ``URL https://${GITHUB_ARTIFACTORY}/...`` or ``URL https://github.com/...`` at
+    ``mirror_url`` (a full prefix such as ``http://10.0.0.1:8000/gh``); the SHA256 pins stay, so what
+    the mirror serves is still checked. Returns (text, [(old, new)])."""
+    changes = []
+    prefix = mirror_url.rstrip("/") + "/"
+
+    def swap(match):
+        url = match.group(2)
+        new = re.sub(r"^https?://(?:\$\{GITHUB_ARTIFACTORY\}|github\.com)/", prefix, url)
+        if new != url:
+            changes.append((url, new))
+        return match.group(1) + new
+
+    return _URL_LINE.sub(swap, text), changes
+
+
+def repin_torch(pyproject, torch_version):
+    """pyproject.toml text with every ``torch==X`` pin set to ``torch==<torch_version>`` (public part):
+    the wheel's Requires-Dist must name the torch it is built against. Returns (text, count)."""
+    version = str(torch_version).split("+", 1)[0]
+    return re.subn(r'"torch\s*==\s*[^"\s;,]+', f'"torch=={version}', pyproject)
