@@ -9,15 +9,17 @@ import pytest
 from ansible.module_utils.sgl_kernel_build import (
     BuildPlanError,
     build_fingerprint,
-    cmake_gencodes,
     cuda_can_compile,
+    narrow_gencodes,
+    needed_variants,
+    plan_parallelism,
+)
+from ansible.module_utils.sgl_kernel_source import (
+    cmake_gencodes,
     fetchcontent_dependencies,
     fetchcontent_source_var,
     narrow_cmake_gencodes,
-    narrow_gencodes,
-    needed_variants,
     offline_cmake_defines,
-    plan_parallelism,
     resolve_url,
 )
 
@@ -66,7 +68,7 @@ def test_cmake_gencodes_reads_every_list_in_order():
 @pytest.mark.parametrize(("capabilities", "kept", "extra"), [
     (["12.0"], ["-gencode=arch=compute_120a,code=sm_120a"], []),
     (["10.0", "10.3"], ["-gencode=arch=compute_100f,code=sm_100f"], []),
-    (["9.0"], ["-gencode=arch=compute_90a,code=sm_90a"], []),  # arch-specific ranks before plain
+    (["9.0"], ["-gencode=arch=compute_90,code=sm_90", "-gencode=arch=compute_90a,code=sm_90a"], []),
     (["8.6"], ["-gencode=arch=compute_80,code=sm_80"], []),
     # 12.1 (GB10): sm_120a is 12.0 only, so the family target is added.
     (["12.1"], [], ["-gencode=arch=compute_120f,code=sm_120f"]),
