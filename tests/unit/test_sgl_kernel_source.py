@@ -36,7 +36,8 @@ def test_hopper_and_gb10(tmp_path):
     assert plan["variants"] == ["sm100", "sm90"]
     assert plan["dropped_targets"] == []
     # 12.1 gets sm_120f added after sm_90 (in the first flag list); sm_90a stays in the FA3 branch
-    assert plan["gencodes"] == ["-gencode=arch=compute_90,code=sm_90", "-gencode=arch=compute_120f,code=sm_120f",
+    assert plan["gencodes"] == ["-gencode=arch=compute_90,code=sm_90",
+                                "-gencode=arch=compute_120f,code=sm_120f",
                                 "-gencode=arch=compute_90a,code=sm_90a"]
     assert plan["cmake_defines"]["SGL_KERNEL_ENABLE_FA3"] == "ON"
 
