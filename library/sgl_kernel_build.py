@@ -264,7 +264,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.cuda_arch import ArchError
 from ansible.module_utils.sgl_kernel_build import BuildPlanError, plan_parallelism
-from ansible.module_utils.sgl_kernel_runner import MIB, progress, read_status, run_limited
+from ansible.module_utils.sgl_kernel_runner import MIB, LimitError, progress, read_status, run_limited
 from ansible.module_utils.sgl_kernel_source import prepare_source
 
 REQUIRED = {"prepare": ("source_dir", "cuda_version", "torch_version", "source_commit"),
@@ -383,7 +383,7 @@ def main():
         if p["state"] == "prepare":
             module.exit_json(**prepare(module, p))
         module.exit_json(**(run(module, p) if p["state"] == "run" else wait(p)))
-    except (BuildPlanError, ArchError, RuntimeError) as exc:
+    except (BuildPlanError, ArchError, LimitError) as exc:
         module.fail_json(msg=str(exc))
     except Exception as exc:  # never a traceback: say what failed
         module.fail_json(msg=f"sgl_kernel_build failed unexpectedly: {type(exc).__name__}: {exc}")

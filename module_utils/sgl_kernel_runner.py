@@ -33,6 +33,10 @@ V2_ROOT = "/sys/fs/cgroup"
 _PROGRESS = re.compile(rb"\[(\d+)/(\d+)\]")
 
 
+class LimitError(Exception):
+    """No memory limit can be enforced on this host; the message lists what was tried."""
+
+
 def _read(path):
     try:
         with open(path, encoding="utf-8") as handle:
@@ -159,7 +163,7 @@ def run_limited(argv, *, log_path, status_path, limit_bytes, timeout, env=None, 
             status["limit_detail"].append("watchdog: sums the RSS of the build's session twice a second")
             break
     if status["mechanism"] is None:
-        raise RuntimeError("no memory limit can be enforced: " + "; ".join(status["limit_detail"]))
+        raise LimitError("no memory limit can be enforced: " + "; ".join(status["limit_detail"]))
 
     os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
     with open(log_path, "ab", buffering=0) as log:
