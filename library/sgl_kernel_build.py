@@ -223,6 +223,10 @@ fingerprint:
   description: sha256 of source commit, CUDA, torch, gencodes, variants and flags (prepare).
   returned: state=prepare
   type: str
+source_dir:
+  description: The package directory prepared (prepare).
+  returned: state=prepare
+  type: str
 fingerprint_inputs:
   description: What the fingerprint covers (prepare).
   returned: state=prepare
@@ -284,7 +288,7 @@ def prepare(module, p):
                                 jobs=p["jobs"] or None, threads=p["threads"] or None,
                                 reserve_mb=p["memory_reserve_mb"])
     plan["cmake_defines"]["SGL_KERNEL_COMPILE_THREADS"] = str(parallel["threads"])
-    plan.update(parallel)
+    plan.update(parallel, source_dir=p["source_dir"])
     return plan
 
 
