@@ -257,6 +257,15 @@ progress:
   description: "One line: the last [n/m] counter, elapsed time, the log path (wait)."
   returned: state=wait
   type: str
+last_line:
+  description: The last non-empty line of the log (wait).
+  returned: state=wait
+  type: str
+failed_tail:
+  description: The last lines of the log when the build failed, else empty (wait).
+  returned: state=wait
+  type: list
+  elements: str
 """
 
 import glob
@@ -268,7 +277,14 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.cuda_arch import ArchError
 from ansible.module_utils.sgl_kernel_build import BuildPlanError, plan_parallelism
-from ansible.module_utils.sgl_kernel_runner import MIB, LimitError, progress, read_status, run_limited
+from ansible.module_utils.sgl_kernel_runner import (
+    MIB,
+    LimitError,
+    log_tail,
+    progress,
+    read_status,
+    run_limited,
+)
 from ansible.module_utils.sgl_kernel_source import prepare_source
 
 REQUIRED = {"prepare": ("source_dir", "cuda_version", "torch_version", "source_commit"),
@@ -304,8 +320,9 @@ def run(module, p):
         for language in ("C", "CXX", "CUDA"):
             defines[f"CMAKE_{language}_COMPILER_LAUNCHER"] = p["compiler_launcher"]
     argv = [p["python"], "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "--no-index",
-            "--wheel-dir", p["wheel_dir"], p["source_dir"], f"-Cbuild-dir={p['build_dir']}",
-            "-Cbuild.verbose=true", *(f"-Ccmake.define.{k}={v}" for k, v in sorted(defines.items()))]
+            "--wheel-dir", p["wheel_dir"], p["source_dir"], f"--config-settings=build-dir={p['build_dir']}",
+            "--config-settings=build.verbose=true",
+            *(f"--config-settings=cmake.define.{k}={v}" for k, v in sorted(defines.items()))]
     env = dict(os.environ, **{k: str(v) for k, v in p["environment"].items()})
     env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(p["jobs"] or 1)
     status = run_limited(argv, log_path=p["log"], status_path=p["status_file"],
@@ -331,12 +348,14 @@ def wait(p):
         time.sleep(1)
         status = read_status(p["status_file"])
     counter, last = progress(p["log"])
+    tail = log_tail(p["log"]) if status and status.get("finished") and status.get("rc") else []
     done = bool(status and status.get("finished"))
     elapsed = int((status.get("finished") or time.time()) - status["started"]) if status else 0
     state = "finished" if done else "running" if status else "not started"
     line = (f"sglang-kernel build {state}: {counter or 'no [n/m] yet'} after "
             f"{elapsed // 60}m{elapsed % 60:02d}s; log {p['log']}")
-    return {"changed": False, "done": done, "progress": line, "last_line": last, "status": status or {}}
+    return {"changed": False, "done": done, "progress": line, "last_line": last, "status": status or {},
+            "failed_tail": tail}
 
 
 def main():

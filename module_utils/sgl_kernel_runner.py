@@ -232,3 +232,15 @@ def progress(log_path, tail_bytes=65536):
     lines = [line for line in tail.splitlines() if line.strip()]
     last = lines[-1].decode("utf-8", "replace")[:200] if lines else None
     return counter, last
+
+
+def log_tail(log_path, lines=25):
+    """The last ``lines`` non-empty lines of the log (for an error message)."""
+    try:
+        with open(log_path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 16384))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return [line.rstrip()[:300] for line in text.splitlines() if line.strip()][-lines:]

