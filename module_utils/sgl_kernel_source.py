@@ -137,6 +137,42 @@ def offline_cmake_defines(deps, mirror_prefix=None, prefetched=None):
     return defines
 
 
+def gencodes_by_variable(text):
+    """{CMake flag variable: [gencode flags]} of a CMake file (comments skipped)."""
+    found, variable = {}, None
+    for line in text.splitlines():
+        code = line.split("#", 1)[0]
+        opened = _FLAG_LIST.match(code)
+        if opened:
+            variable = opened.group(1)
+        flags = _GENCODE_IN_CMAKE.findall(code)
+        if flags:
+            found.setdefault(variable, []).extend(flags)
+    return found
+
+
+def targets_using(text, variable):
+    """Targets whose ``target_compile_options`` use ``${variable}``."""
+    pattern = rf"target_compile_options\s*\(\s*([\w-]+)[^)]*\$\{{{re.escape(variable)}\}}"
+    return sorted(set(re.findall(pattern, text)))
+
+
+def drop_targets(text, targets):
+    """Exclude ``targets`` from ``all`` and comment out their ``install(TARGETS ...)`` lines."""
+    lines = text.splitlines(keepends=True)
+    for target in targets:
+        pattern = re.compile(rf"^\s*install\s*\(\s*TARGETS\s+{re.escape(target)}\s")
+        for i, line in enumerate(lines):
+            if pattern.match(line):
+                lines[i] = f"# sgl_kernel narrowed: {line.lstrip()}"
+    if targets:
+        if lines and not lines[-1].endswith("\n"):
+            lines[-1] += "\n"
+        lines.append(f"set_target_properties({' '.join(targets)} PROPERTIES EXCLUDE_FROM_ALL ON)"
+                     "  # sgl_kernel narrowed\n")
+    return "".join(lines)
+
+
 def drop_variant_targets(text, variants):
     """Stop building and installing the common_ops variants in ``variants`` ("sm90", "sm100").
 
@@ -252,6 +288,19 @@ def prepare_source(package_dir, capabilities, cuda_version, torch_version, sourc
             if name.endswith(".cmake"):
                 path = os.path.join(cmake_dir, name)
                 cmake_files[path] = _pristine(path, check_mode)
+    if narrow:
+        # Other libraries keep their gencodes that run on a target; a library left with none (FlashMLA,
+        # sm_90a/sm_100f/sm_103a only, on a 12.0 fleet) has no code for any target: it is not built.
+        for path in list(cmake_files):
+            before = gencodes_by_variable(cmake_files[path])
+            if path != cmakelists:
+                cmake_files[path], _removed = narrow_cmake_gencodes(cmake_files[path], keep)
+            after = gencodes_by_variable(cmake_files[path])
+            emptied = [v for v in before if v and not after.get(v)]
+            useless = sorted({t for v in emptied for t in targets_using(cmake_files[path], v)} - set(dropped))
+            if useless:
+                cmake_files[path] = drop_targets(cmake_files[path], useless)
+                dropped.extend(useless)
     deps, mirrored = [], set()
     for path in list(cmake_files):
         deps.extend(fetchcontent_dependencies(cmake_files[path]))

@@ -65,3 +65,40 @@ def test_offline_is_required(tmp_path):
 def test_not_a_source_dir(tmp_path):
     with pytest.raises(BuildPlanError, match="is not an sglang-kernel source directory"):
         prepare_source(str(tmp_path), ["12.0"], "13.0", "2.14.1", "c0ffee")
+
+
+FLASHMLA = """set(FLASHMLA_CUDA_FLAGS
+    "--use_fast_math"
+)
+if(${CUDA_VERSION} VERSION_GREATER 12.4)
+    list(APPEND FLASHMLA_CUDA_FLAGS
+        "-gencode=arch=compute_90a,code=sm_90a"
+    )
+endif()
+if(${CUDA_VERSION} VERSION_GREATER 12.8)
+    list(APPEND FLASHMLA_CUDA_FLAGS
+        "-gencode=arch=compute_100f,code=sm_100f"
+    )
+endif()
+add_library(flashmla_ops MODULE a.cu)
+target_compile_options(flashmla_ops PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20>
+    $<$<COMPILE_LANGUAGE:CUDA>:${FLASHMLA_CUDA_FLAGS}>
+)
+install(TARGETS flashmla_ops LIBRARY DESTINATION "sgl_kernel")
+"""
+
+
+@pytest.mark.parametrize(("capabilities", "dropped", "flashmla_gencodes"), [
+    (["12.0"], ["common_ops_sm90_build", "flashmla_ops"], []),  # FlashMLA has no code for 12.0: not built
+    (["9.0"], ["common_ops_sm100_build"], ["-gencode=arch=compute_90a,code=sm_90a"]),
+])
+def test_a_library_left_without_gencodes_is_not_built(tmp_path, capabilities, dropped, flashmla_gencodes):
+    package = make_source(tmp_path, "new")
+    (package / "cmake").mkdir()
+    (package / "cmake" / "flashmla.cmake").write_text(FLASHMLA)
+    plan = prepare_source(str(package), capabilities, "13.0", "2.14.1", "c0ffee", mirror_url=MIRROR)
+    assert plan["dropped_targets"] == dropped
+    text = (package / "cmake" / "flashmla.cmake").read_text()
+    assert cmake_gencodes(text) == flashmla_gencodes
+    assert ("# sgl_kernel narrowed: install(TARGETS flashmla_ops" in text) is ("flashmla_ops" in dropped)
