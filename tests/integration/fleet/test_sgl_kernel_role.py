@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -159,8 +161,52 @@ def test_wheel_mode_refuses_a_wheel_that_does_not_fit(kernel_stacks, kernel_sour
                                     sgl_kernel_install="wheel", targets=["12.1"]), timeout=900)
     assert result.rc != 0
     scan = result.task(hosts_of(kernel_stacks)[0], "Scan the released wheel for the targets and this torch")
-    assert scan["failed"]
+    assert scan["event"] == "runner_on_failed"
     assert "capability 12.1: the loader picks sgl_kernel/sm100/common_ops.abi3.so, which has sm_80, sm_89, " \
         "sm_90, sm_90a, sm_100f, sm_120a" in scan["msg"]
     assert "built for torch==2.14.1" in scan["msg"]
     assert f"the stack has torch {TORCH}" in scan["msg"]
+
+
+def test_killing_a_build_leaves_the_install_and_the_rerun_resumes(kernel_stacks, kernel_source, fleet_play,
+                                                                  tmp_path):
+    hosts = hosts_of(kernel_stacks)
+    store = str(tmp_path / "store")
+    first = fleet_play(kernel_play(kernel_source, sgl_kernel_artifact_dir=store), timeout=1200)
+    assert first.rc == 0, first.stdout[-3000:]
+    before = installed_record(kernel_stacks, hosts[0])
+    # a longer build (all default gencodes, both variants, one unit at a time) of another fingerprint
+    slow = kernel_play(kernel_source, sgl_kernel_artifact_dir=store, sgl_kernel_narrow=False,
+                       sgl_kernel_build_jobs=1, sgl_kernel_compile_threads=1, targets=["9.0", "12.0"])
+    outcome = {}
+    runner = threading.Thread(target=lambda: outcome.update(result=fleet_play(slow, timeout=1200)))
+    runner.start()
+    killed = None
+    deadline = time.monotonic() + 600
+    while runner.is_alive() and time.monotonic() < deadline and not killed:
+        time.sleep(2)
+        found = kernel_stacks.ssh(hosts[0], "cat $(ls -t /var/cache/sglang-fleet/sgl-kernel/status-*.json) "
+                                  "2>/dev/null | head -1", check=False).stdout.strip()
+        status = json.loads(found) if found.startswith("{") else {}
+        log = kernel_stacks.ssh(hosts[0], f"tail -c 4000 {status['log']}", check=False).stdout if status else ""
+        counters = re.findall(r"\[(\d+)/(\d+)\]", log)
+        if status and not status.get("finished") and counters and int(counters[-1][0]) >= 3:
+            kernel_stacks.ssh(hosts[0], f"kill -9 -- -{status['pid']}")
+            killed = status
+    runner.join()
+    assert killed, "the build was never seen running"
+    result = outcome["result"]
+    assert result.rc != 0
+    assert "sglang-kernel build failed: the build exited with -9" in \
+        result.task(hosts[0], "Fail with the build's own reason")["msg"]
+    assert installed_record(kernel_stacks, hosts[0]) == before  # the previous install is untouched
+    assert not result.task_runs(INSTALL)
+    rerun = fleet_play(slow, timeout=1200)
+    assert rerun.rc == 0, rerun.stdout[-3000:]
+    # the re-run resumed: it compiled fewer units than the whole build has
+    log = kernel_stacks.ssh(hosts[0], f"cat {killed['log']}").stdout
+    runs = log.split("\n== ")
+    compiled = [line for line in runs[-1].splitlines() if "nvcc" in line and " -c " in line]
+    total = int(re.findall(r"\[(\d+)/(\d+)\]", runs[-2])[-1][1])
+    assert 0 < len(compiled) < total - 2
+    assert installed_record(kernel_stacks, hosts[0])["fingerprint"] != before["fingerprint"]
