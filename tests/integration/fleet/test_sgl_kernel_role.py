@@ -175,6 +175,7 @@ def test_killing_a_build_leaves_the_install_and_the_rerun_resumes(kernel_stacks,
     first = fleet_play(kernel_play(kernel_source, sgl_kernel_artifact_dir=store), timeout=1200)
     assert first.rc == 0, first.stdout[-3000:]
     before = installed_record(kernel_stacks, hosts[0])
+    first_log = f"/var/log/sglang-fleet/sgl-kernel-build-{before['fingerprint'][:12]}.log"
     # a longer build (all default gencodes, both variants, one unit at a time) of another fingerprint
     slow = kernel_play(kernel_source, sgl_kernel_artifact_dir=store, sgl_kernel_narrow=False,
                        sgl_kernel_build_jobs=1, sgl_kernel_compile_threads=1, targets=["9.0", "12.0"])
@@ -185,10 +186,12 @@ def test_killing_a_build_leaves_the_install_and_the_rerun_resumes(kernel_stacks,
     deadline = time.monotonic() + 600
     while runner.is_alive() and time.monotonic() < deadline and not killed:
         time.sleep(2)
-        found = kernel_stacks.ssh(hosts[0], "cat $(ls -t /var/cache/sglang-fleet/sgl-kernel/status-*.json) "
-                                  "2>/dev/null | head -1", check=False).stdout.strip()
+        found = kernel_stacks.ssh(hosts[0], 'cat "$(ls -t /var/cache/sglang-fleet/sgl-kernel/status-*.json '
+                                  '| head -1)"', check=False).stdout.strip()
         status = json.loads(found) if found.startswith("{") else {}
-        log = kernel_stacks.ssh(hosts[0], f"tail -c 4000 {status['log']}", check=False).stdout if status else ""
+        if not status or status["log"] in {first_log}:
+            continue
+        log = kernel_stacks.ssh(hosts[0], f"tail -c 4000 {status['log']}", check=False).stdout
         counters = re.findall(r"\[(\d+)/(\d+)\]", log)
         if status and not status.get("finished") and counters and int(counters[-1][0]) >= 3:
             kernel_stacks.ssh(hosts[0], f"kill -9 -- -{status['pid']}")
