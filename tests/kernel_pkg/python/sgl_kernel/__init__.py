@@ -8,6 +8,7 @@ from sgl_kernel.load_utils import load_common_ops
 from sgl_kernel.version import __version__  # noqa: F401
 
 common_ops, common_ops_path, selected_variant = load_common_ops()
+common_ops.__file__ = common_ops_path  # as upstream's extension module has: the import check reads it
 common_ops.sgl_scale_add.restype = ctypes.c_int
 common_ops.sgl_scale_add.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float,
                                      ctypes.c_int64, ctypes.c_void_p]
