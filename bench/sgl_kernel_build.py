@@ -49,8 +49,9 @@ def one_build(python: Path, work: Path, name: str, *, narrow: bool, mirror: str,
                               mirror_url=mirror)
     defines = dict(prepared["cmake_defines"], SGL_KERNEL_COMPILE_THREADS=str(plan["threads"]))
     argv = [str(python), "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "--no-index",
-            "--wheel-dir", str(work / f"out-{name}"), str(package), f"-Cbuild-dir={work / f'build-{name}'}",
-            *(f"-Ccmake.define.{k}={v}" for k, v in sorted(defines.items()))]
+            "--wheel-dir", str(work / f"out-{name}"), str(package),
+            f"--config-settings=build-dir={work / f'build-{name}'}", "--config-settings=build.verbose=true",
+            *(f"--config-settings=cmake.define.{k}={v}" for k, v in sorted(defines.items()))]
     env = dict(os.environ, CMAKE_BUILD_PARALLEL_LEVEL=str(plan["jobs"]),
                PATH=f"{python.parent}:/usr/local/cuda/bin:{os.environ['PATH']}")
     started = time.monotonic()
