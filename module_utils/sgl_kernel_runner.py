@@ -95,6 +95,11 @@ def setup_cgroup_v1(name, limit_bytes):
         return None, f"no v1 memory hierarchy at {V1_ROOT}"
     parent = os.path.join(V1_ROOT, "sglang-fleet")
     path = os.path.join(parent, name)
+    if os.path.isdir(parent):  # earlier builds' cgroups, kept while a daemon (sccache) lived in them
+        for old in os.listdir(parent):
+            if os.path.isdir(os.path.join(parent, old)):
+                with contextlib.suppress(OSError):
+                    os.rmdir(os.path.join(parent, old))  # only succeeds when no process is left
     try:
         os.makedirs(path, exist_ok=True)
         _write(os.path.join(path, "memory.limit_in_bytes"), str(limit_bytes))
