@@ -36,6 +36,11 @@ def assert_clean_failure(outcome, message):
      "sgl_kernel_probe.check_sgl_kernel"),
     ("stack_plan", {"profile": {}, "stack_root": "/tmp"}, "stack_profile.validate_profile"),
     ("stack_retention", {"stack_root": "/tmp"}, "stack_profile.stacks_to_prune"),
+    ("sgl_kernel_wheel_check", {"wheel": "/tmp/x.whl", "capabilities": ["9.0"], "torch_version": "2.14.1"},
+     "sgl_kernel_wheel.scan_wheel"),
+    ("sgl_kernel_build", {"state": "prepare", "source_dir": "/tmp", "cuda_version": "13.0",
+                          "torch_version": "2.14.1", "source_commit": "abc"},
+     "sgl_kernel_source.prepare_source"),
 ])
 def test_unexpected_error_is_a_clean_failure(module, args, fail_in):
     outcome = run_module_directly(module, args, fail_in=fail_in)
