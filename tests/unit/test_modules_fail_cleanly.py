@@ -33,6 +33,9 @@ def assert_clean_failure(outcome, message):
     ("gpu_facts", {}, "nvidia_smi.gpu_facts"),
     ("sgl_kernel_variants", {"package_dir": "/tmp", "capability": "9.0"},
      "sgl_kernel_probe.check_sgl_kernel"),
+    ("sglang_server_args", {"model": {"name": "m", "model_path": "/m"}}, "sglang_cmdline.render"),
+    ("smg_manifest", {"workers": []}, "smg_manifest.build_manifest"),
+    ("sglang_readiness", {"url": "http://127.0.0.1:9/"}, "sglang_readiness.wait_ready"),
 ])
 def test_unexpected_error_is_a_clean_failure(module, args, fail_in):
     outcome = run_module_directly(module, args, fail_in=fail_in)
