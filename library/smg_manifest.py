@@ -9,7 +9,7 @@ description:
   - Builds the JSON manifest (version 1, a list of workers with id, url and worker_type) that SMG
     re-reads when it changes,
     from the replicas of a model, leaving out the workers taken out of rotation.
-  - Returns the text to write (stable: the same workers give the same bytes), so writing it is an
+  - Returns the text to write (stable, the same workers give the same bytes), so writing it is an
     ordinary idempotent file task.
   - Never changes anything.
 version_added: "1.0.0"
