@@ -24,7 +24,7 @@ def test_all_in_rotation():
 
 
 def test_out_of_rotation_is_left_out_and_comes_back():
-    manifest, kept, left = build_manifest(WORKERS, ["b-main"])
+    manifest, _kept, left = build_manifest(WORKERS, ["b-main"])
     assert [w["id"] for w in manifest["workers"]] == ["a-main", "c-main"]
     assert left == ["b-main"]
     assert render_manifest(build_manifest(WORKERS, [])[0]) == render_manifest(build_manifest(WORKERS)[0])
