@@ -16,13 +16,33 @@ version_added: "1.0.0"
 author: sglang-fleet maintainers
 options:
   workers:
-    description: The replicas, each with C(id), C(address), C(port) and optionally C(worker_type) and
-      C(model_id).
+    description:
+      - The workers, each with C(id), C(address), C(port) and optionally C(worker_type) and
+        C(model_id). Give this, or C(model) with the C(replica_*) lists.
     type: list
     elements: dict
-    required: true
+  model:
+    description: Name of the served-model entry the workers run (with the C(replica_*) lists).
+    type: str
+    default: ""
+  replica_names:
+    description: Inventory names of the replica hosts, in order.
+    type: list
+    elements: str
+    default: []
+  replica_addresses:
+    description: Each replica's address (its ansible_host; empty falls back to the name).
+    type: list
+    elements: str
+    default: []
+  replica_models:
+    description: Each replica's C(sglang_service_models).
+    type: list
+    elements: list
+    default: []
   out_of_rotation:
-    description: Worker ids to leave out (taken out of rotation).
+    description: Workers to leave out (taken out of rotation), by id with C(workers), by replica host
+      name with C(replica_names).
     type: list
     elements: str
     default: []
@@ -48,6 +68,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+workers:
+  description: The workers the manifest was built from (before out_of_rotation).
+  returned: always
+  type: list
+  elements: dict
 content:
   description: The manifest text to write.
   returned: always
@@ -69,13 +94,22 @@ left_out:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.smg_manifest import ManifestError, build_manifest, render_manifest
+from ansible.module_utils.smg_manifest import (
+    ManifestError,
+    build_manifest,
+    render_manifest,
+    workers_from_replicas,
+)
 
 
 def main():
     module = AnsibleModule(
         argument_spec={
-            "workers": {"type": "list", "elements": "dict", "required": True},
+            "workers": {"type": "list", "elements": "dict"},
+            "model": {"type": "str", "default": ""},
+            "replica_names": {"type": "list", "elements": "str", "default": []},
+            "replica_addresses": {"type": "list", "elements": "str", "default": []},
+            "replica_models": {"type": "list", "elements": "list", "default": []},
             "out_of_rotation": {"type": "list", "elements": "str", "default": []},
             "model_id": {"type": "str", "default": ""},
         },
@@ -83,12 +117,22 @@ def main():
     )
     p = module.params
     try:
-        manifest, kept, left = build_manifest(p["workers"], p["out_of_rotation"], p["model_id"])
+        workers, out = p["workers"], p["out_of_rotation"]
+        if workers is None:
+            workers = workers_from_replicas(p["replica_names"], p["replica_addresses"], p["replica_models"],
+                                            p["model"])
+            unknown = [h for h in out if h not in p["replica_names"]]
+            if unknown:
+                raise ManifestError(f"out of rotation: {', '.join(repr(h) for h in unknown)} is not a host of "
+                                    f"sglang_service_gateway_replica_group ({', '.join(p['replica_names'])}); "
+                                    f"check sglang_service_gateway_target")
+            out = [worker_id(h, p["model"]) for h in out]
+        manifest, kept, left = build_manifest(workers, out, p["model_id"])
     except ManifestError as exc:
         module.fail_json(msg=str(exc))
     except Exception as exc:  # never a traceback: say what failed
         module.fail_json(msg=f"smg_manifest failed unexpectedly: {type(exc).__name__}: {exc}")
-    module.exit_json(changed=False, content=render_manifest(manifest), manifest=manifest,
+    module.exit_json(changed=False, workers=workers, content=render_manifest(manifest), manifest=manifest,
                      in_rotation=kept, left_out=left)
 
 

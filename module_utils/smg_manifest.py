@@ -76,3 +76,38 @@ _ID_RE = re.compile(r"[^A-Za-z0-9_.-]")
 
 def worker_id(hostname, model_name):
     return _ID_RE.sub("-", f"{hostname}-{model_name}")
+
+
+def workers_from_replicas(names, addresses, models_per_host, model):
+    """The workers serving entry ``model`` on each replica host (inventory order).
+
+    ``addresses``: each host's ansible_host ('' falls back to the name); ``models_per_host``: each
+    host's sglang_service_models. A host without the entry, or whose entry listens on loopback (the
+    gateway on another host could not reach it), is an error naming the host and the variable.
+    """
+    if not model:
+        raise ManifestError("sglang_service_gateway_model: set it to the name of the served-model entry "
+                            "the gateway fronts")
+    if not names:
+        raise ManifestError("sglang_service_gateway_replica_group: the group has no hosts")
+    workers = []
+    for name, address, models in zip(names, addresses, models_per_host):
+        matches = [(i, m) for i, m in enumerate(models or [])
+                   if isinstance(m, dict) and m.get("name") == model]
+        if not matches:
+            raise ManifestError(f"host {name}: sglang_service_models has no entry named {model!r} "
+                                f"(sglang_service_gateway_model)")
+        index, entry = matches[0]
+        if entry.get("nodes_group"):
+            raise ManifestError(f"host {name}: sglang_service_models[{index}] is multi-node; put only "
+                                f"its rank 0 host in sglang_service_gateway_replica_group")
+        listen = entry.get("host", "127.0.0.1")
+        if listen.startswith("127.") or listen in ("localhost", "::1"):
+            raise ManifestError(f"host {name}: sglang_service_models[{index}].host is {listen}; the "
+                                f"gateway cannot reach it from another host: set it to 0.0.0.0 or the "
+                                f"host's address")
+        target = address or name
+        if listen not in ("0.0.0.0", "::"):
+            target = listen
+        workers.append({"id": worker_id(name, model), "address": target, "port": entry.get("port", 30000)})
+    return workers

@@ -6,7 +6,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from ansible.module_utils.smg_manifest import ManifestError, build_manifest, render_manifest, worker_id
+from ansible.module_utils.smg_manifest import (
+    ManifestError,
+    build_manifest,
+    render_manifest,
+    worker_id,
+    workers_from_replicas,
+)
 
 WORKERS = [{"id": "a-main", "address": "10.0.0.1", "port": 30000},
            {"id": "b-main", "address": "10.0.0.2", "port": 30001},
@@ -53,3 +59,24 @@ def test_rejects(workers, out, message):
 def test_worker_id():
     assert worker_id("gpu-1.example", "main") == "gpu-1.example-main"
     assert worker_id("a b", "m/x") == "a-b-m-x"
+
+
+def test_workers_from_replicas():
+    models = [[{"name": "main", "model_path": "/m", "host": "0.0.0.0", "port": 30001}],
+              [{"name": "other", "model_path": "/o"},
+               {"name": "main", "model_path": "/m", "host": "10.9.0.2"}]]
+    workers = workers_from_replicas(["a", "b"], ["10.0.0.1", ""], models, "main")
+    assert workers == [{"id": "a-main", "address": "10.0.0.1", "port": 30001},
+                       {"id": "b-main", "address": "10.9.0.2", "port": 30000}]
+
+
+@pytest.mark.parametrize(("models", "model", "message"), [
+    ([[{"name": "x"}]], "main", "host a: sglang_service_models has no entry named 'main'"),
+    ([[{"name": "main"}]], "main", "host a: sglang_service_models[0].host is 127.0.0.1"),
+    ([[{"name": "main", "host": "0.0.0.0", "nodes_group": "g"}]], "main", "multi-node"),
+    ([[]], "", "sglang_service_gateway_model"),
+])
+def test_workers_from_replicas_rejects(models, model, message):
+    with pytest.raises(ManifestError) as exc:
+        workers_from_replicas(["a"], [""], models, model)
+    assert message in str(exc.value)
