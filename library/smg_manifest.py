@@ -98,6 +98,7 @@ from ansible.module_utils.smg_manifest import (
     ManifestError,
     build_manifest,
     render_manifest,
+    worker_id,
     workers_from_replicas,
 )
 
@@ -123,8 +124,9 @@ def main():
                                             p["model"])
             unknown = [h for h in out if h not in p["replica_names"]]
             if unknown:
-                raise ManifestError(f"out of rotation: {', '.join(repr(h) for h in unknown)} is not a host of "
-                                    f"sglang_service_gateway_replica_group ({', '.join(p['replica_names'])}); "
+                names = ", ".join(p["replica_names"])
+                raise ManifestError(f"out of rotation: {', '.join(repr(h) for h in unknown)} is not a host "
+                                    f"of sglang_service_gateway_replica_group ({names}); "
                                     f"check sglang_service_gateway_target")
             out = [worker_id(h, p["model"]) for h in out]
         manifest, kept, left = build_manifest(workers, out, p["model_id"])
