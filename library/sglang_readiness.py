@@ -57,7 +57,8 @@ options:
     type: int
     default: 80
   py_spy:
-    description: py-spy to run for a stack dump (mode=diagnose); empty looks it up on PATH.
+    description: py-spy to run for a stack dump (mode=diagnose); empty, or a path that does not exist,
+      looks it up on PATH.
     type: str
     default: ""
   crashed:
@@ -150,6 +151,7 @@ msg:
   type: str
 """
 
+import os
 import shutil
 import time
 
@@ -202,7 +204,7 @@ def diagnose(p):
     diagnostics = {"journal_tail": lines, "process_tree": process_tree(state.get("main_pid", 0))}
     nvidia_smi = shutil.which("nvidia-smi")
     diagnostics["nvidia_smi"] = _run([nvidia_smi], 30) if nvidia_smi else "nvidia-smi not installed"
-    py_spy = p["py_spy"] or shutil.which("py-spy")
+    py_spy = p["py_spy"] if p["py_spy"] and os.path.exists(p["py_spy"]) else shutil.which("py-spy")
     if py_spy and state.get("main_pid"):
         diagnostics["py_spy"] = _run([py_spy, "dump", "--pid", str(state["main_pid"])], 60)
     else:
