@@ -10,6 +10,9 @@ triton, so only sglang + the parse set's small packages go in with --no-deps).
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import yaml
 from cache import pip_download
 from sglang_parser import PARSER_WHEELS, STAND_IN
 
@@ -60,7 +63,8 @@ def prepare_stack() -> list:
                 "argv": [f"{UV_VENV}/bin/uv", "venv", "--python", "/usr/bin/python3", STACK],
                 "creates": f"{STACK}/bin/python"}},
             {"name": "constraints", "ansible.builtin.copy": {
-                "content": "# stand-in stack: no pins\n", "dest": f"{STACK}/constraints.txt", "mode": "0644"}},
+                "content": "# stand-in stack: no pins\n", "dest": f"{STACK}/constraints.txt",
+                "mode": "0644"}},
             {"name": "current link", "ansible.builtin.file": {
                 "src": STACK, "dest": f"{STACK_ROOT}/current", "state": "link"}},
             {"name": "stand-in server module", "ansible.builtin.copy": {
@@ -68,3 +72,52 @@ def prepare_stack() -> list:
                 "mode": "0644"}},
         ],
     }]
+
+
+# The scenario the sglang_service fleet tests and bench/sglang_service_bench.py share: hosts 1 and 2
+# are replicas of `main` and a 2-node tensor-parallel pair, host 1 also has a slow starter, host 3 is
+# the gateway.
+GATEWAY_PORT = 8000
+MAIN = {"name": "main", "model_path": "/models/stand-in", "host": "0.0.0.0", "port": 30000,
+        "env": {"SGLANG_STAND_IN_DELAY": "2"}}
+SLOW = {"name": "slow", "model_path": "/models/stand-in", "port": 30001,
+        "env": {"SGLANG_STAND_IN_MODE": "slow-start", "SGLANG_STAND_IN_DELAY": "12"}}
+PAIR = {"name": "pair", "model_path": "/models/stand-in", "port": 30010, "tp_size": 2, "nodes_group": "pair",
+        "env": {"SGLANG_STAND_IN_DELAY": "2"}}
+
+
+def write_inventory(fleet, root: Path) -> Path:
+    """The fleet's inventory plus the scenario's groups and per-host models (an inventory directory)."""
+    (root / "00-fleet.yml").write_text(Path(fleet.inventory).read_text())
+    h1, h2, h3 = (h["name"] for h in fleet.hosts)
+    groups = {"all": {"children": {
+        "pair": {"hosts": {h1: None, h2: None}},
+        "sglang_replicas": {"hosts": {h1: None, h2: None}},
+        "sglang_gateway": {"hosts": {h3: None}},
+    }}}
+    (root / "10-groups.yml").write_text(yaml.safe_dump(groups))
+    (root / "host_vars").mkdir(exist_ok=True)
+    for host, models in ((h1, [MAIN, SLOW, PAIR]), (h2, [MAIN, PAIR]), (h3, [])):
+        (root / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump({"sglang_service_models": models}))
+    return root
+
+
+def role_vars(fleet, **extra):
+    return {**stack_facts(fleet.wheelhouse_url), "sglang_service_install_dependencies": False,
+            "sglang_service_extra_packages": PARSER_WHEELS[1:],
+            "sglang_service_launch_module": "sglang_server_stand_in",
+            "sglang_service_gate_step": 3, "sglang_service_gate_bound": 90, "sglang_service_restart_sec": 2,
+            "sglang_service_gateway_model": "main", "sglang_service_gateway_host": "0.0.0.0",
+            "sglang_service_gateway_port": GATEWAY_PORT, "sglang_service_gateway_health_interval_secs": 1,
+            "sglang_service_gateway_discovery_interval_secs": 2, **extra}
+
+
+def site(fleet):
+    return [
+        *prepare_stack(),
+        {"name": "Models", "hosts": "sglang_replicas", "gather_facts": False, "vars": role_vars(fleet),
+         "roles": ["sglang_service"]},
+        {"name": "Gateway", "hosts": "sglang_gateway", "gather_facts": False, "vars": role_vars(fleet),
+         "tasks": [{"name": "Gateway", "ansible.builtin.include_role": {"name": "sglang_service",
+                                                                        "tasks_from": "gateway"}}]},
+    ]

@@ -9,23 +9,13 @@ import json
 import re
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
-import yaml
 from ansible_run import run_playbook
-from sglang_parser import PARSER_WHEELS
-from service_stack import download_wheels, prepare_stack, stack_facts
+from service_stack import GATEWAY_PORT, download_wheels, role_vars, site, write_inventory
 
 pytestmark = pytest.mark.integration
-
-GATEWAY_PORT = 8000
-MAIN = {"name": "main", "model_path": "/models/stand-in", "host": "0.0.0.0", "port": 30000,
-        "env": {"SGLANG_STAND_IN_DELAY": "2"}}
-SLOW = {"name": "slow", "model_path": "/models/stand-in", "port": 30001,
-        "env": {"SGLANG_STAND_IN_MODE": "slow-start", "SGLANG_STAND_IN_DELAY": "12"}}
-PAIR = {"name": "pair", "model_path": "/models/stand-in", "port": 30010, "tp_size": 2, "nodes_group": "pair",
-        "env": {"SGLANG_STAND_IN_DELAY": "2"}}
+RENDER_TASK = "Render the command line of every served model (rejects an invalid entry, naming the variable)"
 
 
 @pytest.fixture(scope="module")
@@ -34,22 +24,8 @@ def hosts(fleet):
 
 
 @pytest.fixture(scope="module")
-def inventory(fleet, hosts, tmp_path_factory):
-    """The fleet's inventory plus this test's groups and per-host models (an inventory directory)."""
-    root = tmp_path_factory.mktemp("inventory")
-    (root / "00-fleet.yml").write_text(Path(fleet.inventory).read_text())
-    h1, h2, h3 = hosts
-    groups = {"all": {"children": {
-        "pair": {"hosts": {h1: None, h2: None}},
-        "sglang_replicas": {"hosts": {h1: None, h2: None}},
-        "sglang_gateway": {"hosts": {h3: None}},
-    }}}
-    (root / "10-groups.yml").write_text(yaml.safe_dump(groups))
-    (root / "host_vars").mkdir()
-    (root / "host_vars" / f"{h1}.yml").write_text(yaml.safe_dump({"sglang_service_models": [MAIN, SLOW, PAIR]}))
-    (root / "host_vars" / f"{h2}.yml").write_text(yaml.safe_dump({"sglang_service_models": [MAIN, PAIR]}))
-    (root / "host_vars" / f"{h3}.yml").write_text(yaml.safe_dump({"sglang_service_models": []}))
-    return root
+def inventory(fleet, tmp_path_factory):
+    return write_inventory(fleet, tmp_path_factory.mktemp("inventory"))
 
 
 @pytest.fixture(scope="module")
@@ -57,26 +33,6 @@ def play(inventory):
     def run(plays, **kwargs):
         return run_playbook(plays, inventory, envvars={"ANSIBLE_CACHE_PLUGIN": "memory"}, **kwargs)
     return run
-
-
-def role_vars(fleet, **extra):
-    return {**stack_facts(fleet.wheelhouse_url), "sglang_service_install_dependencies": False,
-            "sglang_service_extra_packages": PARSER_WHEELS[1:], "sglang_service_launch_module": "sglang_server_stand_in",
-            "sglang_service_gate_step": 3, "sglang_service_gate_bound": 90, "sglang_service_restart_sec": 2,
-            "sglang_service_gateway_model": "main", "sglang_service_gateway_host": "0.0.0.0",
-            "sglang_service_gateway_port": GATEWAY_PORT, "sglang_service_gateway_health_interval_secs": 1,
-            "sglang_service_gateway_discovery_interval_secs": 2, **extra}
-
-
-def site(fleet):
-    return [
-        *prepare_stack(),
-        {"name": "Models", "hosts": "sglang_replicas", "gather_facts": False, "vars": role_vars(fleet),
-         "roles": ["sglang_service"]},
-        {"name": "Gateway", "hosts": "sglang_gateway", "gather_facts": False, "vars": role_vars(fleet),
-         "tasks": [{"name": "Gateway", "ansible.builtin.include_role": {"name": "sglang_service",
-                                                                        "tasks_from": "gateway"}}]},
-    ]
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +78,8 @@ def test_gate_shows_progress_and_waits_for_a_slow_start(first_run, hosts):
     lines = _progress(first_run, h1, "slow")
     print("\n".join(lines))
     assert len(lines) >= 3, lines
-    assert all(re.match(r"elapsed \d+ s of 90 s: http://127\.0\.0\.1:30001/health_generate", x) for x in lines)
+    progress = re.compile(r"elapsed \d+ s of 90 s: http://127\.0\.0\.1:30001/health_generate")
+    assert all(progress.match(x) for x in lines)
     assert "last log: " in lines[0]
     assert "-> 200" in lines[-1]
     # the stand-in loads for 12 s: the gate saw it loading, then ready
@@ -134,7 +91,7 @@ def test_multi_node_ranks_and_gate_on_rank_0(first_run, fleet, hosts):
     h1, h2, _ = hosts
     address = {h["name"]: h["ip"] for h in fleet.hosts}
     rendered = {h: {r["item"]["name"]: r for r in first_run.task(
-        h, "Render the command line of every served model (rejects an invalid entry, naming the variable)")["results"]}
+        h, RENDER_TASK)["results"]}
         for h in (h1, h2)}
     for rank, host in enumerate((h1, h2)):
         args = rendered[host]["pair"]["args"]
@@ -169,7 +126,8 @@ def test_units_verify_and_security_exposure(first_run, fleet, hosts):
 
 def _through_gateway(fleet, hosts, n):
     url = f"http://{ {h['name']: h['ip'] for h in fleet.hosts}[hosts[2]] }:{GATEWAY_PORT}/v1/chat/completions"
-    return [_http(url, {"model": "/models/stand-in", "messages": [{"role": "user", "content": "hi"}]})["worker"]
+    body = {"model": "/models/stand-in", "messages": [{"role": "user", "content": "hi"}]}
+    return [_http(url, body)["worker"]
             for _ in range(n)]
 
 
@@ -210,7 +168,8 @@ def _one_model_play(fleet, model, **extra):
 
 def test_gate_fails_within_its_bound_for_a_hang_with_diagnostics(first_run, fleet, hosts, play):
     bound = 15
-    model = {"name": "hung", "model_path": "/models/stand-in", "port": 30020, "env": {"SGLANG_STAND_IN_MODE": "hang"}}
+    model = {"name": "hung", "model_path": "/models/stand-in", "port": 30020,
+             "env": {"SGLANG_STAND_IN_MODE": "hang"}}
     start = time.monotonic()
     result = play(_one_model_play(fleet, model, sglang_service_gate_bound=bound))
     took = time.monotonic() - start
@@ -221,7 +180,8 @@ def test_gate_fails_within_its_bound_for_a_hang_with_diagnostics(first_run, flee
     print(text)
     assert "likely cause hang_after_load" in text
     assert "Load weight end" in text  # the journal tail
-    assert "sglang_server_stand_in" in text and "PID" in text  # the process tree
+    assert "PID" in text  # the process tree
+    assert "sglang_server_stand_in" in text
     gate = [r for r in result.results[hosts[0]] if r["task"] == "Probe sglang-hung"]
     assert bound <= gate[-1]["elapsed"] < bound + 5
     print(f"hang: gate bound {bound} s, failed after {gate[-1]['elapsed']} s; play {took:.0f} s")
