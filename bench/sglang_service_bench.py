@@ -61,7 +61,7 @@ def main() -> int:
     args = parser.parse_args()
     ensure_base()
     download_wheels()
-    fleet = Fleet(f"svcbench{os.getpid() % 10**6}")
+    fleet = Fleet(f"sb{os.getpid() % 10**6}")
     try:
         fleet.up(3, owner_pid=os.getpid())
         inventory = write_inventory(fleet, Path(tempfile.mkdtemp(prefix="svcbench-")))

@@ -111,6 +111,12 @@ def test_second_run_changes_nothing(first_run, fleet, play):
     assert not again.stats.get("changed"), again.stats
 
 
+def test_check_mode_after_converge_reports_no_change(first_run, fleet, play):
+    checked = play(site(fleet), check=True)
+    assert checked.rc == 0, checked.stdout[-4000:]
+    assert not checked.stats.get("changed"), checked.stats
+
+
 def test_units_verify_and_security_exposure(first_run, fleet, hosts):
     figures = {}
     for host, unit in ((hosts[0], "sglang-main.service"), (hosts[2], "smg.service")):
