@@ -17,6 +17,7 @@ from cache import pip_download
 from sglang_parser import PARSER_WHEELS, STAND_IN
 
 UV = "uv==0.13.8"
+PY_SPY = "py-spy==0.4.3"  # the gate's stack dump of a hung server
 SMG_WHEELS = ["smg==1.13.0", "setproctitle==1.3.8", "grpcio==1.85.3", "grpcio-health-checking==1.85.1",
               "protobuf==7.36.2", "PyYAML==6.0.4", "typing_extensions==4.16.0"]
 STACK_ROOT = "/opt/sglang/stacks"
@@ -27,7 +28,7 @@ UV_CONFIG = "/opt/sglang-test/uv.toml"
 
 def download_wheels() -> None:
     """Every wheel the hosts need, in the served wheelhouse (hosts have no internet)."""
-    pip_download([UV, *SMG_WHEELS, *PARSER_WHEELS])
+    pip_download([UV, PY_SPY, *SMG_WHEELS, *PARSER_WHEELS])
 
 
 def stack_facts(wheelhouse_url: str) -> dict:
@@ -104,7 +105,7 @@ def write_inventory(fleet, root: Path) -> Path:
 
 def role_vars(fleet, **extra):
     return {**stack_facts(fleet.wheelhouse_url), "sglang_service_install_dependencies": False,
-            "sglang_service_extra_packages": PARSER_WHEELS[1:],
+            "sglang_service_extra_packages": [*PARSER_WHEELS[1:], PY_SPY],
             "sglang_service_launch_module": "sglang_server_stand_in",
             "sglang_service_gate_step": 3, "sglang_service_gate_bound": 90, "sglang_service_restart_sec": 2,
             "sglang_service_gateway_model": "main", "sglang_service_gateway_host": "0.0.0.0",
