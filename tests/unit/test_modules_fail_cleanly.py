@@ -41,6 +41,9 @@ def assert_clean_failure(outcome, message):
     ("sgl_kernel_build", {"state": "prepare", "source_dir": "/tmp", "cuda_version": "13.0",
                           "torch_version": "2.14.1", "source_commit": "abc"},
      "sgl_kernel_source.prepare_source"),
+    ("sglang_server_args", {"model": {"name": "m", "model_path": "/m"}}, "sglang_cmdline.render"),
+    ("smg_manifest", {"workers": []}, "smg_manifest.build_manifest"),
+    ("sglang_readiness", {"url": "http://127.0.0.1:9/"}, "sglang_readiness.wait_ready"),
 ])
 def test_unexpected_error_is_a_clean_failure(module, args, fail_in):
     outcome = run_module_directly(module, args, fail_in=fail_in)

@@ -1,0 +1,135 @@
+#!/usr/bin/python
+"""Ansible module: the SGLang server command line for one served-model entry (read-only)."""
+
+DOCUMENTATION = r"""
+---
+module: sglang_server_args
+short_description: Render and check the SGLang server command line for one served model
+description:
+  - Validates one entry of C(sglang_service_models) and renders the arguments of
+    C(python -m sglang.launch_server) for the pinned release (sglang 0.5.23 spellings), plus the
+    environment the server needs.
+  - Rejects an invalid combination before anything is rendered, naming the variable (EAGLE-3 tuning
+    given partly, a backend without kernels for the host's GPUs, a tensor parallel size that the
+    node count does not divide, a flag in extra_args that the role renders itself, ...).
+  - Arch-aware defaults, for example tensor parallel over PCIe-only GPUs (capability 12.0/12.1) gets
+    C(NCCL_P2P_DISABLE=1) and C(--disable-custom-all-reduce) unless the entry opts out.
+  - Multi-node tensor parallel (C(nodes_group)) gets C(--nnodes), C(--node-rank) and
+    C(--dist-init-addr) from the group's host order and rank 0's address.
+  - Runs on the controller or a host alike; never changes anything.
+version_added: "1.0.0"
+author: sglang-fleet maintainers
+options:
+  model:
+    description: One served-model entry (see the sglang_service role README for its keys).
+    type: dict
+    required: true
+  variable:
+    description: How error messages name the entry, for example C(sglang_service_models[1]).
+    type: str
+    default: sglang_service_models[0]
+  capabilities:
+    description: The host's target GPU capabilities as strings (V("12.0")); empty when unknown.
+    type: list
+    elements: str
+    default: []
+  group_hosts:
+    description: The inventory hosts of the entry's C(nodes_group), in inventory order.
+    type: list
+    elements: str
+    default: []
+  hostname:
+    description: This host's inventory name (its place in C(group_hosts) is its node rank).
+    type: str
+    default: ""
+  rank0_address:
+    description: Address of the group's first host, for C(--dist-init-addr).
+    type: str
+    default: ""
+  python:
+    description: The interpreter ExecStart runs (the stack's C(current) link).
+    type: str
+    default: /opt/sglang/stacks/current/bin/python
+  launch_module:
+    description: The Python module ExecStart runs with C(-m).
+    type: str
+    default: sglang.launch_server
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+seealso:
+  - module: sglang_readiness
+"""
+
+EXAMPLES = r"""
+- name: Render the server command line
+  sglang_server_args:
+    model: {name: main, model_path: /models/llama, tp_size: 2}
+    capabilities: ["12.0"]
+  register: server
+"""
+
+RETURN = r"""
+args:
+  description: Arguments after C(python -m sglang.launch_server).
+  returned: always
+  type: list
+  elements: str
+  sample: [--model-path, /models/llama, --host, 127.0.0.1, --port, "30000", --tp-size, "2",
+           --disable-custom-all-reduce]
+exec_start:
+  description: The whole command line, quoted for a systemd C(ExecStart=).
+  returned: always
+  type: str
+env:
+  description: Environment variables the server needs (not secrets).
+  returned: always
+  type: dict
+rank:
+  description: This host's node rank (0 on a single node).
+  returned: always
+  type: int
+nnodes:
+  description: Number of nodes serving the model.
+  returned: always
+  type: int
+serves_http:
+  description: Whether this host serves HTTP (only rank 0 does).
+  returned: always
+  type: bool
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_cmdline import ConfigError, render, systemd_quote
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "model": {"type": "dict", "required": True},
+            "variable": {"type": "str", "default": "sglang_service_models[0]"},
+            "capabilities": {"type": "list", "elements": "str", "default": []},
+            "group_hosts": {"type": "list", "elements": "str", "default": []},
+            "hostname": {"type": "str", "default": ""},
+            "rank0_address": {"type": "str", "default": ""},
+            "python": {"type": "str", "default": "/opt/sglang/stacks/current/bin/python"},
+            "launch_module": {"type": "str", "default": "sglang.launch_server"},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        server = render(p["model"], p["capabilities"], p["group_hosts"], hostname=p["hostname"],
+                        rank0_address=p["rank0_address"], prefix=p["variable"])
+    except ConfigError as exc:
+        module.fail_json(msg=str(exc))
+    except Exception as exc:  # never a traceback: say what failed
+        module.fail_json(msg=f"sglang_server_args failed unexpectedly: {type(exc).__name__}: {exc}")
+    server["exec_start"] = systemd_quote([p["python"], "-m", p["launch_module"], *server["args"]])
+    module.exit_json(changed=False, **server)
+
+
+if __name__ == "__main__":
+    main()

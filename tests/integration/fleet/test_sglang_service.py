@@ -1,0 +1,222 @@
+"""Role sglang_service on the test fleet under real systemd, with the stand-in model server
+(tests/stand_ins/sglang-server: the real sglang 0.5.23 parser, then a fake model) and the REAL smg 1.13.0
+gateway. Hosts: 1 and 2 are replicas (and a 2-node tensor-parallel pair), 3 is the gateway.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.request
+
+import pytest
+from ansible_run import run_playbook
+from service_stack import GATEWAY_PORT, download_wheels, prepare_stack, role_vars, site, write_inventory
+
+pytestmark = pytest.mark.integration
+RENDER_TASK = "Render the command line of every served model (rejects an invalid entry, naming the variable)"
+
+
+@pytest.fixture(scope="module")
+def hosts(fleet):
+    return [h["name"] for h in fleet.hosts]
+
+
+@pytest.fixture(scope="module")
+def inventory(fleet, tmp_path_factory):
+    return write_inventory(fleet, tmp_path_factory.mktemp("inventory"))
+
+
+@pytest.fixture(scope="module")
+def play(inventory):
+    def run(plays, **kwargs):
+        return run_playbook(plays, inventory, envvars={"ANSIBLE_CACHE_PLUGIN": "memory"}, **kwargs)
+    return run
+
+
+@pytest.fixture(scope="module")
+def first_run(fleet, play):
+    download_wheels()
+    start = time.monotonic()
+    result = play(site(fleet))
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def _show(fleet, host, unit):
+    out = fleet.ssh(host, f"systemctl show --property=MainPID,ActiveState,NRestarts,User {unit}").stdout
+    return dict(line.split("=", 1) for line in out.splitlines())
+
+
+def _http(url, body=None, timeout=10):
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def _progress(result, host, unit):
+    return [r["msg"] for r in result.results[host] if r["task"] == f"Progress of sglang-{unit}"]
+
+
+def test_first_run_serves_every_model(first_run, fleet, hosts):
+    print(f"first run: {first_run.seconds:.0f} s")
+    assert first_run.rc == 0, first_run.stdout[-6000:]
+    h1, h2, _ = hosts
+    for host, units in ((h1, ["main", "slow", "pair"]), (h2, ["main", "pair"])):
+        for unit in units:
+            state = _show(fleet, host, f"sglang-{unit}.service")
+            assert state["ActiveState"] == "active", (host, unit, state)
+            # the unit runs as the service user, not root
+            user = fleet.ssh(host, f"ps -o user= -p {state['MainPID']}").stdout.strip()
+            assert user == "sglang", (host, unit, user)
+
+
+def test_gate_shows_progress_and_waits_for_a_slow_start(first_run, hosts):
+    h1 = hosts[0]
+    lines = _progress(first_run, h1, "slow")
+    print("\n".join(lines))
+    assert len(lines) >= 3, lines
+    progress = re.compile(r"elapsed \d+ s of 90 s: http://127\.0\.0\.1:30001/health_generate")
+    assert all(progress.match(x) for x in lines)
+    assert "last log: " in lines[0]
+    assert "-> 200" in lines[-1]
+    # the stand-in loads for 12 s: the gate saw it loading, then ready
+    assert all("-> 503" in x for x in lines[:-1])
+    assert any("loading" in x or "Load weight" in x for x in lines[:-1])
+
+
+def test_multi_node_ranks_and_gate_on_rank_0(first_run, fleet, hosts):
+    h1, h2, _ = hosts
+    address = {h["name"]: h["ip"] for h in fleet.hosts}
+    rendered = {h: {r["item"]["name"]: r for r in first_run.task(
+        h, RENDER_TASK)["results"]}
+        for h in (h1, h2)}
+    for rank, host in enumerate((h1, h2)):
+        args = rendered[host]["pair"]["args"]
+        assert args[args.index("--nnodes") + 1] == "2"
+        assert args[args.index("--node-rank") + 1] == str(rank)
+        assert args[args.index("--dist-init-addr") + 1] == f"{address[h1]}:50000"
+    # the gate polled rank 0 only; rank 1 runs (the stand-in's rank 1 joins and serves no HTTP)
+    assert _progress(first_run, h1, "pair")
+    assert not _progress(first_run, h2, "pair")
+    journal = fleet.ssh(h2, "journalctl -u sglang-pair.service -o cat --no-pager").stdout
+    assert f"node rank 1: joining {address[h1]}:50000" in journal
+
+
+def test_second_run_changes_nothing(first_run, fleet, play):
+    again = play(site(fleet))
+    assert again.rc == 0, again.stdout[-4000:]
+    assert not again.stats.get("changed"), again.stats
+
+
+def test_check_mode_after_converge_reports_no_change(first_run, fleet, play):
+    # the role's plays only: the stand-in stack's pip task (a test fixture) always reports a change in
+    # check mode (ansible.builtin.pip does so whenever extra_args is set)
+    checked = play(site(fleet)[len(prepare_stack()):], check=True)
+    assert checked.rc == 0, checked.stdout[-4000:]
+    assert not checked.stats.get("changed"), checked.stats
+
+
+def test_units_verify_and_security_exposure(first_run, fleet, hosts):
+    figures = {}
+    for host, unit in ((hosts[0], "sglang-main.service"), (hosts[2], "smg.service")):
+        verify = fleet.ssh(host, f"systemd-analyze verify /etc/systemd/system/{unit}", check=False)
+        assert verify.returncode == 0, (unit, verify.stdout, verify.stderr)
+        security = fleet.ssh(host, f"systemd-analyze security --no-pager {unit}", check=False).stdout
+        match = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", security)
+        assert match, security[-2000:]
+        figures[unit] = float(match.group(1))
+    print(f"systemd-analyze security exposure: {figures}")
+    assert all(value <= 4.0 for value in figures.values()), figures
+
+
+def _through_gateway(fleet, hosts, n):
+    url = f"http://{ {h['name']: h['ip'] for h in fleet.hosts}[hosts[2]] }:{GATEWAY_PORT}/v1/chat/completions"
+    body = {"model": "/models/stand-in", "messages": [{"role": "user", "content": "hi"}]}
+    return [_http(url, body)["worker"]
+            for _ in range(n)]
+
+
+def _gateway_vars_play(fleet, tasks_from, target):
+    return [{"name": tasks_from, "hosts": "sglang_gateway", "gather_facts": False,
+             "vars": role_vars(fleet, sglang_service_gateway_target=target),
+             "tasks": [{"name": tasks_from, "ansible.builtin.include_role": {"name": "sglang_service",
+                                                                            "tasks_from": tasks_from}}]}]
+
+
+def test_gateway_routes_to_both_takes_out_puts_back_and_skips_unhealthy(first_run, fleet, hosts, play):
+    h1, h2, _ = hosts
+    served = lambda: {w.split(":")[0] for w in _through_gateway(fleet, hosts, 8)}  # noqa: E731
+    assert served() == {h1, h2}
+    out = play(_gateway_vars_play(fleet, "take_out", h2))
+    assert out.rc == 0, out.stdout[-4000:]
+    assert served() == {h1}
+    back = play(_gateway_vars_play(fleet, "put_back", h2))
+    assert back.rc == 0, back.stdout[-4000:]
+    assert served() == {h1, h2}
+    # a worker whose health fails stops getting requests (smg health check: every 1 s, 2 failures)
+    address = {h["name"]: h["ip"] for h in fleet.hosts}
+    _http(f"http://{address[h1]}:30000/stand_in/unhealthy", {})
+    try:
+        deadline = time.monotonic() + 30
+        while served() != {h2}:
+            assert time.monotonic() < deadline, "the gateway kept routing to the unhealthy worker"
+            time.sleep(1)
+    finally:
+        _http(f"http://{address[h1]}:30000/stand_in/healthy", {})
+
+
+def _one_model_play(fleet, model, **extra):
+    return [{"name": "One model", "hosts": "pair[0]", "gather_facts": False,
+             "vars": role_vars(fleet, sglang_service_install=False, sglang_service_models=[model], **extra),
+             "roles": ["sglang_service"]}]
+
+
+def test_gate_fails_within_its_bound_for_a_hang_with_diagnostics(first_run, fleet, hosts, play):
+    bound = 15
+    model = {"name": "hung", "model_path": "/models/stand-in", "port": 30020,
+             "env": {"SGLANG_STAND_IN_MODE": "hang"}}
+    start = time.monotonic()
+    result = play(_one_model_play(fleet, model, sglang_service_gate_bound=bound))
+    took = time.monotonic() - start
+    fleet.ssh(hosts[0], "systemctl stop sglang-hung.service")
+    assert result.rc != 0
+    failed = result.task(hosts[0], "Fail with the diagnosis of sglang-hung")
+    text = "\n".join(str(x) for x in failed["msg"])
+    print(text)
+    assert "likely cause hang_after_load" in text
+    assert "Load weight end" in text  # the journal tail
+    assert "PID" in text  # the process tree
+    assert "sglang_server_stand_in" in text
+    assert "MainThread" in text  # py-spy's stack dump (py-spy is installed into the stack)
+    gate = [r for r in result.results[hosts[0]] if r["task"] == "Probe sglang-hung"]
+    assert bound <= gate[-1]["elapsed"] < bound + 5
+    print(f"hang: gate bound {bound} s, failed after {gate[-1]['elapsed']} s; play {took:.0f} s")
+
+
+def test_crash_fails_the_gate_and_systemd_restarts_it(first_run, fleet, hosts, play):
+    model = {"name": "crashy", "model_path": "/models/stand-in", "port": 30021,
+             "env": {"SGLANG_STAND_IN_MODE": "crash"}}
+    result = play(_one_model_play(fleet, model))
+    assert result.rc != 0
+    text = "\n".join(str(x) for x in result.task(hosts[0], "Fail with the diagnosis of sglang-crashy")["msg"])
+    assert "likely cause crash" in text
+    assert "STAND-IN crash on start" in text
+    state = _show(fleet, hosts[0], "sglang-crashy.service")
+    fleet.ssh(hosts[0], "systemctl stop sglang-crashy.service")
+    assert int(state["NRestarts"]) >= 1, state
+
+
+def test_stop_is_bounded_when_the_drain_never_ends(first_run, fleet, hosts, play):
+    model = {"name": "draining", "model_path": "/models/stand-in", "port": 30022,
+             "env": {"SGLANG_STAND_IN_MODE": "drain-forever", "SGLANG_STAND_IN_DELAY": "1"}}
+    result = play(_one_model_play(fleet, model, sglang_service_timeout_stop_sec=4))
+    assert result.rc == 0, result.stdout[-3000:]
+    start = time.monotonic()
+    fleet.ssh(hosts[0], "systemctl stop sglang-draining.service")
+    took = time.monotonic() - start
+    journal = fleet.ssh(hosts[0], "journalctl -u sglang-draining.service -o cat --no-pager").stdout
+    assert "SIGTERM: draining" in journal
+    assert 3.5 < took < 10, took

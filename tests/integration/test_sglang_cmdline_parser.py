@@ -1,0 +1,78 @@
+"""Every command line the role renders (tests/unit/cases/sglang_cmdline.yml, EAGLE-3 and multi-node
+included) parses with the REAL sglang 0.5.23 parser (``prepare_server_args``, what launch_server runs
+first); the entries the role rejects never get that far; and the parser does reject what 0.5.23 does
+not know, so a pass means something."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.module_utils.sglang_cmdline import ConfigError, render
+from sglang_parser import parser_python
+
+pytestmark = pytest.mark.integration
+
+CASE_FILE = Path(__file__).resolve().parents[1] / "unit" / "cases" / "sglang_cmdline.yml"
+CASES = yaml.safe_load(CASE_FILE.read_text())
+
+PARSE_ALL = r"""
+import contextlib, io, json, sys, warnings
+warnings.simplefilter("ignore")
+from sglang.srt.server_args import prepare_server_args
+out = []
+for argv in json.load(sys.stdin):
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            a = prepare_server_args(argv)
+        out.append({"ok": True, "tp_size": a.tp_size, "nnodes": a.nnodes, "node_rank": a.node_rank,
+                    "host": a.host, "port": a.port, "speculative_algorithm": a.speculative_algorithm,
+                    "dist_init_addr": a.dist_init_addr})
+    except SystemExit as exc:
+        out.append({"ok": False, "code": exc.code, "error": err.getvalue().strip().splitlines()[-1:]})
+print(json.dumps(out))
+"""
+
+
+def _parse(argvs):
+    proc = subprocess.run([str(parser_python()), "-c", PARSE_ALL], input=json.dumps(argvs), text=True,
+                          capture_output=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _render(case):
+    return render(case["model"], case.get("capabilities", ()), case.get("group_hosts", ()),
+                  hostname=case.get("hostname", ""), rank0_address=case.get("rank0_address", ""))
+
+
+def test_rendered_command_lines_parse_with_the_real_parser():
+    rendered = [_render(case) for case in CASES["valid"]]
+    results = _parse([r["args"] for r in rendered])
+    for case, server, parsed in zip(CASES["valid"], rendered, results):
+        assert parsed["ok"], (case["name"], server["args"], parsed)
+        assert parsed["tp_size"] == (case["model"].get("tp_size") or 1), case["name"]
+        assert parsed["node_rank"] == server["rank"], case["name"]
+        assert parsed["nnodes"] == server["nnodes"], case["name"]
+        assert parsed["host"] == case["model"].get("host", "127.0.0.1")
+        if case["model"].get("speculative"):
+            assert parsed["speculative_algorithm"] == "EAGLE3"
+
+
+def test_the_real_parser_rejects_what_0_5_23_does_not_know():
+    base = ["--model-path", "/m"]
+    results = _parse([[*base, "--cuda-graph-max-bs", "8"], [*base, "--no-such-flag"],
+                      [*base, "--attention-backend", "fa9"]])
+    assert [r["ok"] for r in results] == [False, False, False]
+    assert "ambiguous option: --cuda-graph-max-bs" in results[0]["error"][0]
+    assert "unrecognized arguments: --no-such-flag" in results[1]["error"][0]
+
+
+def test_invalid_entries_are_rejected_before_rendering():
+    for case in CASES["invalid"]:
+        with pytest.raises(ConfigError):
+            _render(case)

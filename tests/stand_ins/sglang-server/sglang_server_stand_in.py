@@ -1,0 +1,177 @@
+"""STAND-IN for an SGLang model server (``python -m sglang.launch_server``), for hosts without a GPU.
+
+It is not SGLang. What is real: it first parses its whole command line with the real sglang parser
+(``sglang.srt.server_args.prepare_server_args`` of the installed release), so a flag the pinned release
+does not know fails here exactly as in production (exit 2, argparse's message). Then it plays the
+server's life: "loads", serves SGLang's endpoints (/health, /health_generate, /ready, /model_info,
+/server_info, /v1/models, a minimal /v1/chat/completions), and drains on SIGTERM (health 503, waits for
+requests in flight, exits), like SGLang, with no time limit of its own.
+
+Failure modes, from the environment (the unit's Environment= / EnvironmentFile=):
+  SGLANG_STAND_IN_MODE   normal | slow-start | hang | crash | drain-forever
+  SGLANG_STAND_IN_DELAY  seconds of "loading" before ready (slow-start; default 2 otherwise)
+``hang``: port open and /ready 503 forever after "Load weight end" (the field case: a loaded model,
+zero GPU use, health never 200). ``crash``: a traceback and exit 1 during load. ``drain-forever``:
+SIGTERM starts a drain that never ends (what TimeoutStopSec must bound).
+Test controls (loopback or not, it is a stand-in): POST /stand_in/unhealthy, /stand_in/healthy;
+GET /stand_in/stats (requests served).
+"""
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def log(message):
+    print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {message}", flush=True)
+
+
+class State:
+    ready = False
+    draining = False
+    healthy = True
+    in_flight = 0
+    served = 0
+    lock = threading.Lock()
+    stopped = threading.Event()
+
+
+def make_handler(args):
+    model = args.served_model_name or args.model_path
+    worker = f"{socket.gethostname()}:{args.port}"
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def _send(self, code, body):
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _up(self):
+            return State.ready and not State.draining
+
+        def do_GET(self):
+            path = self.path.split("?")[0]
+            if path in ("/health", "/health_generate"):
+                ok = self._up() and State.healthy
+                return self._send(200 if ok else 503, {"ok": ok})
+            if path == "/ready":
+                return self._send(200 if self._up() else 503, {"ready": self._up()})
+            if path in ("/model_info", "/get_model_info"):
+                return self._send(200, {"model_path": args.model_path, "tokenizer_path": args.model_path,
+                                        "is_generation": True, "served_model_name": model})
+            if path in ("/server_info", "/get_server_info"):
+                return self._send(200, {"model_path": args.model_path, "tp_size": args.tp_size,
+                                        "version": "stand-in", "stand_in": True})
+            if path == "/v1/models":
+                return self._send(200, {"object": "list", "data": [{"id": model, "object": "model",
+                                                                    "owned_by": "sglang-stand-in"}]})
+            if path == "/stand_in/stats":
+                return self._send(200, {"served": State.served, "worker": worker})
+            log(f"GET {path}: 404")
+            return self._send(404, {"error": f"no route {path}"})
+
+        def do_POST(self):
+            path = self.path.split("?")[0]
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            if path == "/stand_in/unhealthy":
+                State.healthy = False
+                return self._send(200, {"healthy": False})
+            if path == "/stand_in/healthy":
+                State.healthy = True
+                return self._send(200, {"healthy": True})
+            if path in ("/v1/chat/completions", "/generate", "/v1/completions"):
+                if not self._up():
+                    return self._send(503, {"error": "not ready"})
+                with State.lock:
+                    State.in_flight += 1
+                try:
+                    request = json.loads(body or b"{}")
+                    time.sleep(float(os.environ.get("SGLANG_STAND_IN_LATENCY", "0")))
+                    with State.lock:
+                        State.served += 1
+                    return self._send(200, {
+                        "id": f"stand-in-{State.served}", "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": request.get("model") or model,
+                        "choices": [{"index": 0, "finish_reason": "stop",
+                                     "message": {"role": "assistant",
+                                                 "content": f"stand-in reply from {worker}"}}],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                        "worker": worker})
+                finally:
+                    with State.lock:
+                        State.in_flight -= 1
+            log(f"POST {path}: 404")
+            return self._send(404, {"error": f"no route {path}"})
+
+    return Handler
+
+
+def main(argv):
+    # the real parser of the installed sglang: an unknown or ambiguous flag exits 2 here, as in production
+    from sglang.srt.server_args import prepare_server_args  # noqa: PLC0415
+
+    args = prepare_server_args(argv)
+    mode = os.environ.get("SGLANG_STAND_IN_MODE", "normal")
+    delay = float(os.environ.get("SGLANG_STAND_IN_DELAY", "30" if mode == "slow-start" else "1"))
+    log(f"STAND-IN sglang server (not SGLang): arguments parsed by the real sglang parser; mode={mode}")
+    log(f"server_args=model_path={args.model_path} host={args.host} port={args.port} tp_size={args.tp_size} "
+        f"nnodes={args.nnodes} node_rank={args.node_rank} dist_init_addr={args.dist_init_addr}")
+    if args.node_rank and args.node_rank > 0:
+        # only rank 0 serves HTTP; the other ranks join rank 0 and wait
+        log(f"node rank {args.node_rank}: joining {args.dist_init_addr}; no HTTP server on this rank")
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        while True:
+            time.sleep(3600)
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(args))
+    server.daemon_threads = True
+
+    def drain(*_):
+        State.draining = True
+        log("SIGTERM: draining (health 503), waiting for requests in flight")
+        def finish():
+            while mode == "drain-forever" or State.in_flight:
+                time.sleep(0.1)
+            log("drained; exiting")
+            server.shutdown()
+            State.stopped.set()
+        threading.Thread(target=finish, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, drain)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    log("Load weight begin.")
+    if mode == "crash":
+        time.sleep(min(delay, 1))
+        log("Traceback (most recent call last):")
+        log("RuntimeError: STAND-IN crash on start (SGLANG_STAND_IN_MODE=crash)")
+        sys.exit(1)
+    step = 5.0
+    waited = 0.0
+    while waited < delay:
+        time.sleep(min(step, delay - waited))
+        waited += step
+        log(f"loading ({min(waited, delay):.0f}/{delay:.0f} s)")
+    log("Load weight end. type=StandInForCausalLM, dtype=bfloat16")
+    if mode != "hang" and not State.draining:
+        State.ready = True
+        log("The server is fired up and ready to roll!")
+    State.stopped.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
