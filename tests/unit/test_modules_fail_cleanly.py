@@ -31,6 +31,7 @@ def assert_clean_failure(outcome, message):
     ("cuda_binary_archs", {"paths": ["/"]}, "cuda_binaries.inspect_binaries"),
     ("torch_cuda_archs", {"python": "python3"}, "torch_probe.inspect_torch"),
     ("gpu_facts", {}, "nvidia_smi.gpu_facts"),
+    ("nvidia_driver_facts", {"cuda_version": "13.0"}, "nvidia_driver.decide"),
     ("sgl_kernel_variants", {"package_dir": "/tmp", "capability": "9.0"},
      "sgl_kernel_probe.check_sgl_kernel"),
 ])
