@@ -201,3 +201,20 @@ def test_rerun_after_reboot_changes_nothing_and_does_not_reboot(reboot_runs):
     assert not again.stats["changed"].get(REBOOT_HOST), [
         r["task"] for r in again.results[REBOOT_HOST] if r.get("changed")]
     assert len(reboot_runs["log"]) == 3
+
+
+def test_existing_on_an_nvswitch_system_requires_fabric_manager(driver_fleet, apt_runs):
+    # after the apt runs the host has the stand-in fabric manager running; `existing` only verifies
+    existing = {"nvidia_driver_method": "existing", "nvidia_driver_nvswitch": "present"}
+    passed = converge(driver_fleet, APT_HOST, **existing)
+    assert passed.rc == 0, passed.stdout
+    assert not passed.stats["changed"].get(APT_HOST)
+    driver_fleet.ssh(APT_HOST, "systemctl stop nvidia-fabricmanager")
+    try:
+        failed = converge(driver_fleet, APT_HOST, **existing)
+    finally:
+        driver_fleet.ssh(APT_HOST, "systemctl start nvidia-fabricmanager")
+    assert failed.rc != 0
+    result = failed.task(APT_HOST, "Require fabric manager to run (existing driver on an NVSwitch system)")
+    [item] = result["results"]  # one item per fabric manager unit
+    assert "is an NVSwitch system but nvidia-fabricmanager is" in item["msg"]
