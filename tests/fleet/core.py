@@ -198,7 +198,7 @@ class Fleet:
             overlay = f"{base}:{host_dir / 'upper'}:{host_dir / 'work'}:{host_dir / 'root'}"
             hostlib.start(hostlib.nspawn_command(host_dir, h["name"], h["machine"], h["netns"], binds),
                           [Path(c) for c in h["cgroups"]], host_dir / "console.log", self._record(h),
-                          overlay=overlay, keep_netns=h["netns"])
+                          overlay=overlay, keep_netns=h["netns"], restart_on_reboot=True)
         for h in st["hosts"]:
             hostlib.wait_ready(h, self.key, Path(h["dir"]) / "console.log")
         self._write_inventory()

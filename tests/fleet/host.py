@@ -99,11 +99,15 @@ def nspawn_command(host_dir: Path, hostname: str, machine: str, netns: str, bind
 
 
 def start(command: List[str], cgroups: List[Path], log: Path, record_pid, *, overlay: Optional[str] = None,
-          keep_netns: Optional[str] = None) -> subprocess.Popen:
-    """Start ``command`` through the launcher; ``record_pid(pid)`` must persist the PID before it runs."""
+          keep_netns: Optional[str] = None, restart_on_reboot: bool = False) -> subprocess.Popen:
+    """Start ``command`` through the launcher; ``record_pid(pid)`` must persist the PID before it runs.
+
+    ``restart_on_reboot``: a host's nspawn is started again when its container reboots (launch.py)."""
     launcher = [sys.executable, str(LAUNCHER), *(f"--cgroup={c}" for c in cgroups)]
     if overlay:
         launcher += [f"--overlay={overlay}", f"--keep-netns={keep_netns}"]
+    if restart_on_reboot:
+        launcher.append("--restart-on-reboot")
     # No image locks: each host has its own root (the fleet's claim guards the names), and nspawn
     # leaves its lock files in /run/systemd/nspawn/locks behind whenever it is killed.
     env = {**os.environ, "SYSTEMD_NSPAWN_LOCK": "0"}

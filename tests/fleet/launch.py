@@ -9,7 +9,12 @@ Protocol with the harness, which makes a killed harness leak nothing:
 3. with ``--overlay`` it mounts the host's root in a private mount namespace, so the mount vanishes
    with the host's processes and never shows in the machine's mount table; there it also detaches
    other fleets' /run/netns entries, which would otherwise pin their namespaces alive;
-4. it execs the payload (same PID).
+4. it execs the payload (same PID); with ``--restart-on-reboot`` (hosts) it instead stays as the
+   payload's parent and starts it again when systemd-nspawn exits with status 133, which is how nspawn
+   reports that the container asked for a reboot (it never reboots a container by itself). The recorded
+   PID is then this launcher's: it keeps the cgroups and the private mount namespace (the overlay) alive
+   across reboots, and it forwards SIGTERM/SIGINT to nspawn and exits with it, so teardown's "SIGTERM
+   the recorded PID, then empty the cgroups" still powers the host off and leaves nothing.
 """
 
 from __future__ import annotations
@@ -17,12 +22,16 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
+import signal
+import subprocess
 import sys
+import time
 
 CLONE_NEWNS = 0x00020000
 MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
+NSPAWN_REBOOT_STATUS = 133  # systemd-nspawn: "the container requested a reboot"
 
 
 def _check(result: int, what: str) -> None:
@@ -31,11 +40,38 @@ def _check(result: int, what: str) -> None:
         sys.exit(f"fleet launcher: {what} failed: {os.strerror(err)}")
 
 
+def supervise(command: list) -> int:
+    """Run ``command`` (systemd-nspawn) until it exits for a reason other than a reboot request."""
+    stopping = False
+    child = None
+
+    def forward(signum, _frame):
+        nonlocal stopping
+        stopping = True  # a stop asked while the container reboots must not start it again
+        if child is not None and child.poll() is None:
+            child.send_signal(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, forward)
+    while True:
+        child = subprocess.Popen(command)
+        if stopping:  # the signal came between the check below and Popen
+            child.send_signal(signal.SIGTERM)
+        status = child.wait()
+        if status != NSPAWN_REBOOT_STATUS or stopping:
+            return status
+        print(f"fleet launcher: the container rebooted (nspawn exit status {status}); starting it again",
+              flush=True)
+        time.sleep(0.2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cgroup", action="append", default=[], help="cgroup directory to join")
     parser.add_argument("--overlay", help="LOWER:UPPER:WORK:TARGET, mounted in a private mount namespace")
     parser.add_argument("--keep-netns", help="the one /run/netns entry to keep in that namespace")
+    parser.add_argument("--restart-on-reboot", action="store_true",
+                        help="restart the payload (systemd-nspawn) when it exits with status 133")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     if sys.stdin.readline().strip() != "go":
@@ -57,6 +93,8 @@ def main() -> None:
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if args.restart_on_reboot:
+        sys.exit(supervise(command))
     os.execvp(command[0], command)
 
 

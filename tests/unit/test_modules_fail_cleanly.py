@@ -32,6 +32,7 @@ def assert_clean_failure(outcome, message):
     ("torch_cuda_archs", {"python": "python3"}, "torch_probe.inspect_torch"),
     ("gpu_facts", {}, "nvidia_smi.gpu_facts"),
     ("cuda_toolkit", {"search": []}, "cuda_toolkit.find_nvcc"),
+    ("nvidia_driver_facts", {"cuda_version": "13.0"}, "nvidia_driver.decide"),
     ("sgl_kernel_variants", {"package_dir": "/tmp", "capability": "9.0"},
      "sgl_kernel_probe.check_sgl_kernel"),
     ("stack_plan", {"profile": {}, "stack_root": "/tmp"}, "stack_profile.validate_profile"),

@@ -29,6 +29,13 @@ pytestmark = pytest.mark.integration
 HARNESS = Path(__file__).resolve().parents[2] / "fleet"
 
 
+def nspawn_of(launcher: int) -> int:
+    """A host's recorded PID is its launcher, which runs systemd-nspawn as its only child (launch.py)."""
+    [child] = Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split()
+    assert Path(f"/proc/{child}/comm").read_text().strip() == "systemd-nspawn"
+    return int(child)
+
+
 def test_down_removes_everything_and_is_idempotent(fleet_base):
     fleet = Fleet(f"d{os.getpid() % 10**8}")
     try:
@@ -48,10 +55,10 @@ def test_down_removes_everything_and_is_idempotent(fleet_base):
             assert any(p.startswith(f"mount {root}") for p in found)
             # nspawn's runtime directory is named by the host's unique machine name; no image lock files
             assert f"nspawn directory {NSPAWN_PROPAGATE / h['machine']}" in found
-            fds = [os.readlink(fd) for fd in Path(f"/proc/{h['pid']}/fd").iterdir()]
+            fds = [os.readlink(fd) for fd in Path(f"/proc/{nspawn_of(h['pid'])}/fd").iterdir()]
             assert not [fd for fd in fds if fd.startswith("/run/systemd/nspawn/locks")]
         # a crashed nspawn cannot clean up after itself: its /run directory stays for `down` to remove
-        os.kill(second["pid"], signal.SIGKILL)
+        os.kill(nspawn_of(second["pid"]), signal.SIGKILL)
         time.sleep(0.5)
         assert f"nspawn directory {NSPAWN_PROPAGATE / second['machine']}" in present(recorded)
         assert fleet.down() is True
