@@ -83,3 +83,93 @@ def render_markdown(report, title="Fleet verify report", generated=""):
 def render_json(report, generated=""):
     """The report as indented JSON (with the time it was generated, when given)."""
     return json.dumps(dict(report, generated=generated) if generated else report, indent=1, sort_keys=True)
+
+
+def _skipped(result):
+    return not result or result.get("skipped")
+
+
+def _failed(result):
+    return result.get("failed") and result.get("msg")
+
+
+def host_checks(gpu, stack, *, torch=None, kernel=None, scan=None, service=None, gateway=None, drift=None,
+                scan_ignore=()):
+    """One host's checks from the registered results of verify.yml's read-only tasks.
+
+    Each argument is a module result (``skipped`` when the task did not run); ``stack`` is stack_facts'.
+    """
+    checks = []
+
+    def add(check, status, detail):
+        checks.append({"check": check, "status": status, "detail": detail})
+
+    if gpu.get("present"):
+        names = sorted({g["name"] for g in gpu.get("gpus") or []})
+        add("gpu", "ok", f"{len(gpu['gpus'])} x {', '.join(names)}, capability "
+                         f"{', '.join(gpu.get('capabilities') or [])}")
+        add("driver", "fail" if gpu.get("reload_required") else "ok",
+            gpu.get("reload_reason") if gpu.get("reload_required")
+            else f"{gpu.get('driver_version')} (CUDA {gpu.get('cuda_driver_version')})")
+    else:
+        add("gpu", "skip", f"no usable GPU ({gpu.get('reason')}); checks use the stack's targets")
+        add("driver", "skip", "no driver to check")
+    facts = stack.get("facts") or {}
+    cuda = facts.get("cuda") or {}
+    add("cuda", "ok" if cuda.get("toolkit_version") else "fail",
+        f"nvcc {cuda.get('nvcc_version')} (CUDA {cuda.get('toolkit_version')}) at {cuda.get('nvcc')}"
+        if cuda.get("toolkit_version") else f"no working nvcc at {cuda.get('nvcc')}")
+    stack_name = (facts.get("stack") or {}).get("name")
+    if not stack_name:
+        root = (facts.get("stack") or {}).get("root")
+        add("torch", "fail", f"no stack in use: {root}/current does not exist")
+    elif _skipped(torch):
+        add("torch", "skip", "torch was not checked")
+    elif _failed(torch) and not torch.get("torch_version"):
+        add("torch", "fail", torch["msg"])
+    else:
+        missing = torch.get("missing") or []
+        add("torch", "fail" if missing or torch.get("build") != "cuda" else "ok",
+            f"torch {torch.get('torch_version')} ({torch.get('build')}) in {stack_name}: "
+            + (f"no code for {', '.join(missing)}" if missing else
+               f"covers {', '.join(torch.get('require') or []) or 'no capability asked'}"))
+    if _skipped(kernel):
+        add("kernel", "skip", "no stack in use" if not stack_name else "kernel not checked")
+    elif _failed(kernel) and not kernel.get("variants"):
+        add("kernel", "fail", kernel["msg"])
+    elif kernel.get("selected_covers") is False:
+        add("kernel", "fail", kernel.get("message") or f"{kernel.get('selected_path')} has no code here")
+    else:
+        covers = (f"covers {kernel.get('capability')}" if kernel.get("selected_covers")
+                  else "no capability to rate it on")
+        add("kernel", "ok", f"{kernel.get('package_version')}: loader picks {kernel.get('selected_variant')} "
+                            f"({covers})")
+    if _skipped(scan):
+        add("environment", "skip", "no stack or no capability to scan for")
+    elif _failed(scan) and "missing" not in scan:
+        add("environment", "fail", scan["msg"])
+    else:
+        bad = sorted({path for paths in (scan.get("missing") or {}).values() for path in paths
+                      if not any(part in path for part in scan_ignore)})
+        with_code = (scan.get("counts") or {}).get("with_device_code", 0)
+        add("environment", "fail" if bad else "ok",
+            f"{len(bad)} of {with_code} CUDA binaries cannot run here: {', '.join(bad[:5])}"
+            + (f" and {len(bad) - 5} more" if len(bad) > 5 else "") if bad
+            else f"all {with_code} CUDA binaries run here")
+    for name, result in (("service", service), ("gateway", gateway)):
+        if _skipped(result):
+            add(name, "skip", f"no {name} on this host")
+        else:
+            status = result.get("status") or 0  # the uri module says -1 when nothing answered
+            add(name, "ok" if status == 200 else "fail",
+                f"{result.get('url')} answered {status}" if status > 0 else
+                f"{result.get('url')} did not answer: {result.get('msg')}")
+    if _skipped(drift):
+        add("drift", "skip", "no lock given (-e verify_lock_file=locks/NAME.lock.yml)")
+    elif _failed(drift) and "drift" not in drift:
+        add("drift", "fail", drift["msg"])
+    else:
+        items = drift.get("drift") or []
+        add("drift", "fail" if items else "ok",
+            "; ".join(d["message"] for d in items) if items else "matches the lock")
+    return checks
