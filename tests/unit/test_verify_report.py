@@ -71,7 +71,8 @@ def test_host_checks_all_good():
         torch={"torch_version": "2.14.1", "build": "cuda", "missing": [], "require": ["12.0"]},
         kernel={"variants": {}, "selected_covers": True, "selected_variant": "sm100",
                 "capability": "12.0", "package_version": "0.4.10"},
-        scan={"missing": {"12.0": ["/x/lib/sgl_kernel/flash_ops.abi3.so"]}, "counts": {"with_device_code": 7}},
+        scan={"missing": {"12.0": ["/x/lib/sgl_kernel/flash_ops.abi3.so"]},
+              "counts": {"with_device_code": 7}},
         service={"status": 200, "url": "http://127.0.0.1:30000/health"},
         drift={"drift": []})
     assert {name: status for name, (status, _) in checks.items()} == {
