@@ -1,0 +1,171 @@
+#!/usr/bin/python
+"""Ansible module: build, check and compare stack lock files (see module_utils/stack_lock.py)."""
+
+DOCUMENTATION = r"""
+---
+module: stack_lock
+short_description: Build a stack lock, compare a host against one, or check that its wheels can be had
+description:
+  - A lock (C(locks/<name>.lock.yml)) records what a working host runs, down to the sha256 of every wheel
+    it was installed from. C(playbooks/snapshot.yml) writes one, C(playbooks/reproduce.yml) installs a host
+    to match one, C(playbooks/verify.yml) reports drift from one.
+  - O(action=build) returns a lock built from O(facts) (collected on a host) and the wheel store listing.
+  - O(action=compare) validates O(lock) and returns the drift between it and O(facts).
+  - O(action=check_wheels) validates O(lock) and lists the distributions whose wheels are missing from
+    O(wheel_store) or differ from the recorded sha256; with O(fail_on_missing) it fails naming them.
+  - Never changes anything (the playbook writes the lock file).
+version_added: "0.2.0"
+author: sglang-fleet developers
+options:
+  action:
+    description: What to do.
+    type: str
+    choices: [build, compare, check_wheels]
+    required: true
+  name:
+    description: Name of the lock to build (O(action=build)).
+    type: str
+  facts:
+    description:
+      - Facts of one host in the shape of a lock (C(profile), C(stack), C(target_capabilities), C(cuda),
+        C(driver), C(torch), C(sgl_kernel), C(sglang), C(unit), C(captured_from), C(captured_at)) plus
+        C(distributions) as the python_distributions module returns them.
+      - Required for O(action=build) and O(action=compare).
+    type: dict
+  lock:
+    description: A lock read from disk (O(action=compare), O(action=check_wheels)).
+    type: dict
+  wheel_store:
+    description:
+      - Directory holding the cached wheels (the stack wheel cache). Its C(*.whl) files are hashed with
+        sha256. Required for O(action=build) and O(action=check_wheels).
+    type: path
+  fail_on_missing:
+    description: With O(action=check_wheels), fail when any wheel is missing or differs.
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+    description: Read-only; runs the same in check mode.
+  diff_mode:
+    support: none
+    description: Nothing is changed, so there is no diff.
+"""
+
+EXAMPLES = r"""
+- name: Build the lock from a host's facts
+  stack_lock:
+    action: build
+    name: prod-2026-12
+    facts: "{{ snapshot_facts }}"
+    wheel_store: /srv/sglang-wheels
+  delegate_to: localhost
+  register: built
+
+- name: Refuse a lock whose wheels are gone before anything changes
+  stack_lock:
+    action: check_wheels
+    lock: "{{ lookup('ansible.builtin.file', 'locks/prod-2026-12.lock.yml') | from_yaml }}"
+    wheel_store: /srv/sglang-wheels
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+lock:
+  description: The lock built (O(action=build)).
+  returned: when action is build
+  type: dict
+drift:
+  description: Differences between O(lock) and O(facts), tracked facts first, then distributions.
+  returned: when action is compare
+  type: list
+  elements: dict
+  contains:
+    item:
+      description: What differs (C(torch.version), C(distribution six), ...).
+      type: str
+    locked:
+      description: The value in the lock.
+      type: raw
+    found:
+      description: The value on the host.
+      type: raw
+    message:
+      description: The difference in words.
+      type: str
+missing:
+  description: One message per distribution that cannot be reinstalled from O(wheel_store).
+  returned: when action is check_wheels
+  type: list
+  elements: str
+requirements:
+  description: Requirement lines with the locked hashes, for C(uv pip sync --require-hashes).
+  returned: when action is check_wheels
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.stack_lock import (
+    LockError,
+    build_lock,
+    drift,
+    hashed_requirements,
+    missing_wheels,
+    store_listing,
+    validate_lock,
+)
+
+REQUIRED = {"build": ("name", "facts", "wheel_store"), "compare": ("lock", "facts"),
+            "check_wheels": ("lock", "wheel_store")}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "action": {"type": "str", "choices": list(REQUIRED), "required": True},
+            "name": {"type": "str"},
+            "facts": {"type": "dict"},
+            "lock": {"type": "dict"},
+            "wheel_store": {"type": "path"},
+            "fail_on_missing": {"type": "bool", "default": True},
+        },
+        required_if=[("action", action, list(names)) for action, names in REQUIRED.items()],
+        supports_check_mode=True,
+    )
+    try:
+        run(module)
+    except Exception as exc:  # never a traceback: say what failed
+        module.fail_json(msg=f"stack_lock failed unexpectedly: {type(exc).__name__}: {exc}")
+
+
+def _store(module):
+    try:
+        return store_listing(module.params["wheel_store"],
+                             lambda path: module.digest_from_file(path, "sha256"))
+    except OSError as exc:
+        module.fail_json(msg=f"cannot read the wheel store {module.params['wheel_store']}: {exc.strerror}; "
+                             "point wheel_store at the stack wheel cache directory")
+
+
+def run(module):
+    params = module.params
+    if params["action"] == "build":
+        lock = build_lock(params["name"], params["facts"], _store(module))
+        module.exit_json(changed=False, lock=lock)
+    try:
+        lock = validate_lock(params["lock"])
+    except LockError as exc:
+        module.fail_json(msg=str(exc))
+    if params["action"] == "compare":
+        module.exit_json(changed=False, drift=drift(lock, params["facts"]))
+    missing = missing_wheels(lock, _store(module))
+    result = {"changed": False, "missing": missing, "requirements": hashed_requirements(lock)}
+    if missing and params["fail_on_missing"]:
+        module.fail_json(msg=f"lock {lock['name']}: {len(missing)} distribution(s) cannot be reinstalled, "
+                             "nothing was changed: " + "; ".join(missing), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

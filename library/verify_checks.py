@@ -1,0 +1,118 @@
+#!/usr/bin/python
+"""Ansible module: one host's verify checks from read-only task results (module_utils/verify_report)."""
+
+DOCUMENTATION = r"""
+---
+module: verify_checks
+short_description: Turn one host's registered verify results into checks with a status and a detail
+description:
+  - Takes the registered results of C(playbooks/verify.yml)'s read-only tasks for one host (gpu_facts,
+    stack_facts, torch_cuda_archs, sgl_kernel_variants, cuda_binary_archs, the service and gateway health
+    requests, the lock comparison) and returns one check per concern with status C(ok), C(fail) or
+    C(skip) and a detail in words. A task that did not run (C(skipped)) becomes a C(skip) saying why.
+  - Pure computation; runs anywhere (the playbook delegates it to the controller). Never C(changed).
+version_added: "0.2.0"
+author: sglang-fleet developers
+options:
+  gpu:
+    description: Result of gpu_facts.
+    type: dict
+    required: true
+  stack:
+    description: Result of stack_facts.
+    type: dict
+    required: true
+  torch:
+    description: Result of torch_cuda_archs (or a skipped result).
+    type: dict
+    default: {}
+  kernel:
+    description: Result of sgl_kernel_variants (or a skipped result).
+    type: dict
+    default: {}
+  scan:
+    description: Result of cuda_binary_archs over the stack (or a skipped result).
+    type: dict
+    default: {}
+  service:
+    description: Result of the model service health request (ansible.builtin.uri), or a skipped result.
+    type: dict
+    default: {}
+  gateway:
+    description: Result of the gateway health request, or a skipped result.
+    type: dict
+    default: {}
+  drift:
+    description: Result of stack_lock with action=compare, or a skipped result.
+    type: dict
+    default: {}
+  scan_ignore:
+    description: Path fragments of CUDA binaries whose gaps are expected (e.g. C(flash_ops), Hopper-only).
+    type: list
+    elements: str
+    default: []
+attributes:
+  check_mode:
+    support: full
+    description: Pure computation; runs the same in check mode.
+  diff_mode:
+    support: none
+    description: Nothing is changed, so there is no diff.
+"""
+
+EXAMPLES = r"""
+- name: Turn the results into checks
+  verify_checks:
+    gpu: "{{ verify_gpu }}"
+    stack: "{{ verify_stack }}"
+    torch: "{{ verify_torch }}"
+  delegate_to: localhost
+  register: verify_host
+"""
+
+RETURN = r"""
+checks:
+  description: One entry per check.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    check:
+      description: >-
+        C(gpu), C(driver), C(cuda), C(torch), C(kernel), C(environment), C(service), C(gateway), C(drift).
+      type: str
+    status:
+      description: C(ok), C(fail) or C(skip).
+      type: str
+    detail:
+      description: What was found, in words.
+      type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.verify_report import host_checks
+
+RESULTS = ("torch", "kernel", "scan", "service", "gateway", "drift")
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "gpu": {"type": "dict", "required": True},
+            "stack": {"type": "dict", "required": True},
+            **{name: {"type": "dict", "default": {}} for name in RESULTS},
+            "scan_ignore": {"type": "list", "elements": "str", "default": []},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    try:
+        checks = host_checks(params["gpu"], params["stack"], scan_ignore=params["scan_ignore"],
+                             **{name: params[name] for name in RESULTS})
+    except Exception as exc:  # never a traceback: say what failed
+        module.fail_json(msg=f"verify_checks failed unexpectedly: {type(exc).__name__}: {exc}")
+    module.exit_json(changed=False, checks=checks)
+
+
+if __name__ == "__main__":
+    main()

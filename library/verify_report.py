@@ -1,0 +1,127 @@
+#!/usr/bin/python
+"""Ansible module: write the verify job's report (see module_utils/verify_report.py)."""
+
+DOCUMENTATION = r"""
+---
+module: verify_report
+short_description: Summarise per-host verify checks and write them as Markdown and JSON
+description:
+  - Takes each host's checks (C(check), C(status) C(ok)/C(fail)/C(skip), C(detail)) and returns the
+    fleet summary and a terminal table.
+  - With O(dest), writes C(verify-<stamp>.md) and C(verify-<stamp>.json) there, and the same content as
+    C(verify.md) and C(verify.json) (the newest report). Reports C(changed) when it wrote files.
+  - Runs on the controller (delegate it to localhost); it never touches a managed host.
+version_added: "0.2.0"
+author: sglang-fleet developers
+options:
+  hosts:
+    description: Host name to its list of checks.
+    type: dict
+    required: true
+  dest:
+    description: Directory for the report files; omit to only return the summary.
+    type: path
+  stamp:
+    description: Time stamp used in the file names and the report, for example C(20261201T101500Z).
+    type: str
+    default: ""
+  fail_on_failed:
+    description: Fail when any host has a failed check (after writing the report).
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+    description: In check mode the files are not written; the summary is returned all the same.
+  diff_mode:
+    support: none
+    description: No diff is produced.
+"""
+
+EXAMPLES = r"""
+- name: Write the fleet report
+  verify_report:
+    hosts: "{{ dict(ansible_play_hosts_all
+               | zip(ansible_play_hosts_all | map('extract', hostvars, 'verify_checks'))) }}"
+    dest: "{{ playbook_dir }}/../reports"
+    stamp: "{{ now(utc=true, fmt='%Y%m%dT%H%M%SZ') }}"
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+report:
+  description: The summary (C(hosts) with their sorted checks, C(status), C(counts)).
+  returned: always
+  type: dict
+table:
+  description: The summary as a fixed-width text table.
+  returned: always
+  type: str
+files:
+  description: Files written (empty in check mode or without O(dest)).
+  returned: always
+  type: list
+  elements: str
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.verify_report import (
+    ReportError,
+    render_json,
+    render_markdown,
+    render_table,
+    summarize,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "hosts": {"type": "dict", "required": True},
+            "dest": {"type": "path"},
+            "stamp": {"type": "str", "default": ""},
+            "fail_on_failed": {"type": "bool", "default": False},
+        },
+        supports_check_mode=True,
+    )
+    try:
+        run(module)
+    except Exception as exc:  # never a traceback: say what failed
+        module.fail_json(msg=f"verify_report failed unexpectedly: {type(exc).__name__}: {exc}")
+
+
+def run(module):
+    params = module.params
+    try:
+        report = summarize(params["hosts"])
+    except ReportError as exc:
+        module.fail_json(msg=str(exc))
+    table, files = render_table(report), []
+    if params["dest"] and not module.check_mode:
+        try:
+            os.makedirs(params["dest"], exist_ok=True)
+            contents = {"md": render_markdown(report, generated=params["stamp"]),
+                        "json": render_json(report, generated=params["stamp"])}
+            suffix = f"-{params['stamp']}" if params["stamp"] else ""
+            for extension, text in contents.items():
+                for name in dict.fromkeys([f"verify{suffix}.{extension}", f"verify.{extension}"]):
+                    path = os.path.join(params["dest"], name)
+                    with open(path, "w") as handle:
+                        handle.write(text + "\n")
+                    files.append(path)
+        except OSError as exc:
+            module.fail_json(msg=f"cannot write the report to {params['dest']}: {exc}", report=report,
+                             table=table, files=files)
+    result = {"changed": bool(files), "report": report, "table": table, "files": files}
+    if params["fail_on_failed"] and report["status"] == "fail":
+        failed = [h["host"] for h in report["hosts"] if h["status"] == "fail"]
+        module.fail_json(msg=f"verify failed on {', '.join(failed)}; see the table and {params['dest']}",
+                         **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""Lock files: build, validate, drift, wheels that can or cannot be had (module_utils/stack_lock)."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.python_dists import canonical_name, probe_distributions
+from ansible.module_utils.stack_lock import (
+    LockError,
+    build_lock,
+    drift,
+    hashed_requirements,
+    missing_wheels,
+    parse_wheel_filename,
+    store_listing,
+    validate_lock,
+    wheel_index,
+)
+
+SHA_A, SHA_B, SHA_C = "a" * 64, "b" * 64, "c" * 64
+STORE = {
+    "torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl": SHA_A,
+    "torch-2.14.1-cp312-cp312-manylinux_2_28_x86_64.whl": SHA_B,
+    "six-1.17.0-py2.py3-none-any.whl": SHA_C,
+    "README.txt": "0" * 64,
+}
+FACTS = {
+    "captured_from": "gpu-1", "captured_at": "2026-12-01T00:00:00Z", "profile": "stable",
+    "stack": {"name": "stable-0123456789ab", "fingerprint": "0123456789ab" + "0" * 52},
+    "target_capabilities": ["12.0"], "cuda": {"toolkit_version": "13.0"},
+    "driver": {"version": None, "cuda_driver_version": None},
+    "torch": {"version": "2.14.1", "git_version": "deadbeef", "cuda_version": "13.0",
+              "index_url": "https://download.pytorch.org/whl/cu130"},
+    "sgl_kernel": {"package": "sglang-kernel", "version": "0.4.10", "build_fingerprint": None},
+    "sglang": {"version": "0.5.23"}, "unit": {"path": "/etc/systemd/system/sglang@.service", "sha256": SHA_C},
+    "distributions": [
+        {"name": "Six", "version": "1.17.0", "record_sha256": SHA_B},
+        {"name": "torch", "version": "2.14.1", "record_sha256": SHA_A},
+    ],
+}
+
+
+@pytest.fixture
+def lock():
+    return build_lock("prod", FACTS, STORE)
+
+
+@pytest.mark.parametrize(("filename", "expected"), [
+    ("torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl", ("torch", "2.14.1")),
+    ("sglang_kernel-0.4.10-cp310-abi3-manylinux2014_x86_64.whl", ("sglang-kernel", "0.4.10")),
+    ("Foo.Bar-1.0-1-py3-none-any.whl", ("foo-bar", "1.0")),  # with a build tag
+    ("torch-2.14.1.tar.gz", None),
+    ("not-a-wheel.whl", None),
+])
+def test_parse_wheel_filename(filename, expected):
+    assert parse_wheel_filename(filename) == expected
+
+
+def test_wheel_index_groups_every_platform_of_a_version():
+    index = wheel_index(STORE)
+    assert [w["sha256"] for w in index[("torch", "2.14.1")]] == [SHA_A, SHA_B]
+    assert ("readme-txt", "") not in index
+    assert len(index) == 2
+
+
+def test_build_lock_records_wheels_and_sections(lock):
+    assert lock["lock_version"] == 1
+    assert lock["name"] == "prod"
+    assert [d["name"] for d in lock["distributions"]] == ["six", "torch"]
+    six, torch = lock["distributions"]
+    assert six["wheels"] == [{"file": "six-1.17.0-py2.py3-none-any.whl", "sha256": SHA_C}]
+    assert len(torch["wheels"]) == 2
+    assert lock["torch"]["wheel_sha256"] == [SHA_A, SHA_B]
+    assert lock["sgl_kernel"]["wheel_sha256"] == []  # its wheel is not in the store
+    assert validate_lock(lock) is lock
+    # the facts given are not modified by building
+    assert "wheel_sha256" not in FACTS["torch"]
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda lk: lk.update(lock_version=2), "lock_version 2"),
+    (lambda lk: lk.pop("unit"), "lacks unit"),
+    (lambda lk: lk.update(extra=1), "unknown keys extra"),
+    (lambda lk: lk.update(distributions=[]), "lists no Python distributions"),
+    (lambda lk: lk["distributions"][0].pop("version"), "distributions[0] needs a name and a version"),
+    (lambda lk: lk["distributions"][0]["wheels"][0].update(sha256="xyz"), "has no valid sha256"),
+])
+def test_validate_lock_rejects(lock, edit, message):
+    edit(lock)
+    with pytest.raises(LockError, match=re.escape(message)):
+        validate_lock(lock)
+
+
+def test_validate_lock_rejects_a_non_mapping():
+    with pytest.raises(LockError, match="not a mapping"):
+        validate_lock(["x"])
+
+
+def test_no_drift_against_the_facts_it_was_built_from(lock):
+    assert drift(lock, FACTS) == []
+
+
+@pytest.mark.parametrize(("edit", "item", "words"), [
+    (lambda f: f["torch"].update(version="2.15.0"), "torch.version", "torch version is '2.15.0'"),
+    (lambda f: f["unit"].update(sha256=SHA_A), "unit.sha256", "model unit file hash"),
+    (lambda f: f.update(target_capabilities=["12.0", "10.0"]), "target_capabilities", "target capabilities"),
+    (lambda f: f["distributions"][0].update(version="1.16.0"), "distribution six",
+     "six is 1.16.0, the lock has 1.17.0"),
+    (lambda f: f["distributions"][0].update(record_sha256=SHA_C), "distribution six", "RECORD differs"),
+    (lambda f: f["distributions"].pop(0), "distribution six", "locked but not installed"),
+    (lambda f: f["distributions"].append({"name": "Extra_Pkg", "version": "1"}), "distribution extra-pkg",
+     "installed but not in the lock"),
+])
+def test_drift_names_what_changed(lock, edit, item, words):
+    current = copy.deepcopy(FACTS)
+    edit(current)
+    found = drift(lock, current)
+    assert [d["item"] for d in found] == [item]
+    assert words in found[0]["message"]
+
+
+def test_missing_wheels(lock):
+    assert missing_wheels(lock, STORE) == []
+    store = dict(STORE)
+    del store["six-1.17.0-py2.py3-none-any.whl"]
+    store["torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl"] = SHA_C
+    problems = missing_wheels(lock, store)
+    assert problems[0] == "six==1.17.0: six-1.17.0-py2.py3-none-any.whl is no longer in the wheel cache"
+    assert problems[1:] == []  # torch still has its cp312 wheel with the recorded hash
+    del store["torch-2.14.1-cp312-cp312-manylinux_2_28_x86_64.whl"]
+    assert "has another sha256" in missing_wheels(lock, store)[1]
+    lock["distributions"][0]["wheels"] = []
+    assert "records no wheel" in missing_wheels(lock, STORE)[0]
+
+
+def test_hashed_requirements(lock):
+    lines = hashed_requirements(lock).splitlines()
+    assert lines[0] == f"six==1.17.0 --hash=sha256:{SHA_C}"
+    assert lines[1] == f"torch==2.14.1 --hash=sha256:{SHA_A} --hash=sha256:{SHA_B}"
+
+
+def test_store_listing_hashes_only_wheels(tmp_path):
+    (tmp_path / "a-1.0-py3-none-any.whl").write_bytes(b"wheel")
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / "sub.whl").mkdir()
+    listing = store_listing(str(tmp_path), lambda p: hashlib.sha256(Path(p).read_bytes()).hexdigest())
+    assert listing == {"a-1.0-py3-none-any.whl": hashlib.sha256(b"wheel").hexdigest()}
+
+
+def test_canonical_name():
+    assert canonical_name("Sglang_Kernel") == canonical_name("sglang.kernel") == "sglang-kernel"
+
+
+def test_probe_lists_this_interpreters_distributions():
+    facts = probe_distributions(sys.executable)
+    names = [d["name"] for d in facts["distributions"]]
+    assert names == sorted(names)
+    assert {"ansible-core", "pytest", "pyyaml"} <= set(names)
+    pytest_entry = next(d for d in facts["distributions"] if d["name"] == "pytest")
+    assert pytest_entry["version"] == pytest.__version__
+    assert len(pytest_entry["record_sha256"]) == 64

@@ -1,0 +1,110 @@
+"""The verify report: summary, ordering, rendering (module_utils/verify_report)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from ansible.module_utils.verify_report import (
+    ReportError,
+    host_checks,
+    render_json,
+    render_markdown,
+    render_table,
+    summarize,
+)
+
+HOSTS = {
+    "gpu-2": [{"check": "drift", "status": "fail", "detail": "six is 1.16.0, the lock has 1.17.0"},
+              {"check": "gpu", "status": "skip", "detail": "no GPU"}],
+    "gpu-1": [{"check": "zeta", "status": "ok", "detail": ""},
+              {"check": "torch", "status": "ok", "detail": "2.14.1 covers 12.0"},
+              {"check": "gpu", "status": "ok", "detail": "1 x RTX PRO 6000 | 12.0"}],
+}
+
+
+def test_summary_orders_hosts_and_checks_and_counts():
+    report = summarize(HOSTS)
+    assert [h["host"] for h in report["hosts"]] == ["gpu-1", "gpu-2"]
+    assert [c["check"] for c in report["hosts"][0]["checks"]] == ["gpu", "torch", "zeta"]
+    assert [h["status"] for h in report["hosts"]] == ["ok", "fail"]
+    assert report["status"] == "fail"
+    assert report["counts"] == {"hosts": 2, "passed": 1, "failed": 1}
+    assert summarize({"a": [{"check": "gpu", "status": "skip"}]})["status"] == "ok"
+
+
+@pytest.mark.parametrize("check", [{"check": "gpu", "status": "bad"}, {"status": "ok"}, "text"])
+def test_malformed_checks_are_refused(check):
+    with pytest.raises(ReportError, match="host h: malformed check"):
+        summarize({"h": [check]})
+
+
+def test_renderings():
+    report = summarize(HOSTS)
+    table = render_table(report, detail_width=20)
+    assert table.splitlines()[0].split() == ["host", "check", "status", "detail"]
+    assert "gpu-2  drift  FAIL    six is 1.16.0, the…" in table
+    assert table.endswith("1 of 2 hosts passed, 1 failed")
+    markdown = render_markdown(report, generated="20261201T000000Z")
+    assert "## gpu-2: FAIL" in markdown
+    assert "Generated 20261201T000000Z." in markdown
+    assert "| gpu | ok | 1 x RTX PRO 6000 / 12.0 |" in markdown  # a pipe cannot break the table
+    assert json.loads(render_json(report, generated="x"))["generated"] == "x"
+
+
+GPU = {"present": True, "gpus": [{"name": "NVIDIA RTX PRO 6000"}], "capabilities": ["12.0"],
+       "driver_version": "580.95.05", "cuda_driver_version": "13.0", "reload_required": False}
+STACK = {"facts": {"stack": {"root": "/opt/sglang/stacks", "name": "stable-abc", "path": "/x"},
+                   "cuda": {"toolkit_version": "13.0", "nvcc_version": "13.0.88",
+                            "nvcc": "/usr/local/cuda/bin/nvcc"}}}
+SKIPPED = {"skipped": True}
+
+
+def checks_of(**results):
+    return {c["check"]: (c["status"], c["detail"]) for c in host_checks(
+        results.pop("gpu", GPU), results.pop("stack", STACK), scan_ignore=["flash_ops"],
+        **{k: results.get(k, SKIPPED) for k in ("torch", "kernel", "scan", "service", "gateway", "drift")})}
+
+
+def test_host_checks_all_good():
+    checks = checks_of(
+        torch={"torch_version": "2.14.1", "build": "cuda", "missing": [], "require": ["12.0"]},
+        kernel={"variants": {}, "selected_covers": True, "selected_variant": "sm100",
+                "capability": "12.0", "package_version": "0.4.10"},
+        scan={"missing": {"12.0": ["/x/lib/sgl_kernel/flash_ops.abi3.so"]},
+              "counts": {"with_device_code": 7}},
+        service={"status": 200, "url": "http://127.0.0.1:30000/health"},
+        drift={"drift": []})
+    assert {name: status for name, (status, _) in checks.items()} == {
+        "gpu": "ok", "driver": "ok", "cuda": "ok", "torch": "ok", "kernel": "ok", "environment": "ok",
+        "service": "ok", "gateway": "skip", "drift": "ok"}
+    assert checks["environment"][1] == "all 7 CUDA binaries run here"  # flash_ops is ignored
+    assert checks["kernel"][1] == "0.4.10: loader picks sm100 (covers 12.0)"
+
+
+def test_host_checks_failures_are_named():
+    checks = checks_of(
+        gpu={**GPU, "reload_required": True, "reload_reason": "loaded 570, installed 580"},
+        stack={"facts": {"stack": {"root": "/r", "name": None}, "cuda": {"nvcc": "/n"}}},
+        torch={"torch_version": "2.13.0", "build": "cpu", "missing": ["12.0"], "require": ["12.0"]},
+        kernel={"variants": {}, "selected_covers": False, "message": "sm100 has no code for 12.0"},
+        scan={"missing": {"12.0": ["/x/a.so", "/x/b.so"]}, "counts": {"with_device_code": 2}},
+        service={"status": -1, "url": "http://127.0.0.1:30000/health", "msg": "refused"},
+        drift={"drift": [{"message": "six is 1.16.0, the lock has 1.17.0"}]})
+    assert checks["driver"] == ("fail", "loaded 570, installed 580")
+    assert checks["cuda"] == ("fail", "no working nvcc at /n")
+    assert checks["torch"] == ("fail", "no stack in use: /r/current does not exist")
+    assert checks["kernel"] == ("fail", "sm100 has no code for 12.0")
+    assert checks["environment"] == ("fail", "2 of 2 CUDA binaries cannot run here: /x/a.so, /x/b.so")
+    assert checks["service"] == ("fail", "http://127.0.0.1:30000/health did not answer: refused")
+    assert checks["drift"] == ("fail", "six is 1.16.0, the lock has 1.17.0")
+
+
+def test_host_checks_without_gpu_or_results():
+    checks = checks_of(gpu={"present": False, "reason": "nvidia-smi not found"},
+                       torch={"failed": True, "msg": "import torch failed"},
+                       service={"url": "http://h:1/health", "msg": "Connection refused"})
+    assert checks["gpu"][0] == checks["driver"][0] == "skip"
+    assert checks["torch"] == ("fail", "import torch failed")
+    assert checks["service"] == ("fail", "http://h:1/health did not answer: Connection refused")
+    assert checks["drift"] == ("skip", "no lock given (-e verify_lock_file=locks/NAME.lock.yml)")
