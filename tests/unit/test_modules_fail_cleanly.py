@@ -35,6 +35,7 @@ def assert_clean_failure(outcome, message):
      "sgl_kernel_probe.check_sgl_kernel"),
     ("stack_plan", {"profile": {}, "stack_root": "/tmp"}, "stack_profile.validate_profile"),
     ("stack_retention", {"stack_root": "/tmp"}, "stack_profile.stacks_to_prune"),
+    ("stack_wheels", {"lock_files": []}, "wheel_cache.missing_pins"),
 ])
 def test_unexpected_error_is_a_clean_failure(module, args, fail_in):
     outcome = run_module_directly(module, args, fail_in=fail_in)
