@@ -126,4 +126,8 @@ def stack_extravars(fleet, wheel_cache: Path) -> dict:
         "pytorch_index_url": "",
         "stack_wheel_cache_dir": str(wheel_cache),
         "stack_min_free_gb": 8,
+        # site.yml also installs sglang with its whole dependency tree, which the fleet's wheelhouse
+        # does not carry: the session stack is torch + the real sglang-kernel wheel (the sglang_service
+        # tests install what the stand-in server needs into their own stack)
+        "sglang_service_install": False,
     }

@@ -45,6 +45,12 @@ def assert_clean_failure(outcome, message):
     ("sglang_server_args", {"model": {"name": "m", "model_path": "/m"}}, "sglang_cmdline.render"),
     ("smg_manifest", {"workers": []}, "smg_manifest.build_manifest"),
     ("sglang_readiness", {"url": "http://127.0.0.1:9/"}, "sglang_readiness.wait_ready"),
+    ("stack_wheels", {"lock_files": []}, "wheel_cache.missing_pins"),
+    ("python_distributions", {"python": "python3"}, "python_dists.probe_distributions"),
+    ("stack_facts", {"stack_root": "/tmp"}, "stack_facts.collect"),
+    ("stack_lock", {"action": "compare", "lock": {}, "facts": {}}, "stack_lock.validate_lock"),
+    ("verify_checks", {"gpu": {}, "stack": {}}, "verify_report.host_checks"),
+    ("verify_report", {"hosts": {}}, "verify_report.summarize"),
 ])
 def test_unexpected_error_is_a_clean_failure(module, args, fail_in):
     outcome = run_module_directly(module, args, fail_in=fail_in)
