@@ -22,6 +22,7 @@ from ansible.module_utils.nvidia_smi import (
     read_kernel_module_version,
 )
 from documented import module_block
+from prereq import require
 from processes import kill_pid_in
 
 STAND_INS = Path(__file__).resolve().parent.parent / "stand_ins"
@@ -121,8 +122,8 @@ def test_driver_without_compute_cap_field(replay, tmp_path):
 
 
 def test_this_machine_has_no_gpu():
-    if shutil.which("nvidia-smi"):
-        pytest.skip("this machine has nvidia-smi; the GPU-less path is covered by the recordings")
+    require(not shutil.which("nvidia-smi"),
+            "this machine has nvidia-smi; the GPU-less path is covered by the recordings")
     facts = gpu_facts()
     assert facts["present"] is False
     assert facts["reason"] == "nvidia-smi not found on PATH (no NVIDIA driver installed)"
