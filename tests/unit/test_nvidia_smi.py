@@ -208,3 +208,63 @@ def test_hung_nvidia_smi_names_what_it_left_behind(tmp_path, monkeypatch):
     assert facts["reason"] == (f"{smi} did not answer within 0.5 s (a hung GPU or driver? check dmesg for "
                                "Xid errors); a process it started outside its session (setsid) survived the "
                                "kill and still holds its output open; left behind")
+
+
+# Several GPU models in one host, and driver versions that share a major (recording: mixed-models).
+
+def test_several_models_in_one_host(replay):
+    facts = replay("mixed-models")
+    assert facts["present"] is True
+    assert [(g["index"], g["name"], g["capability"], g["memory_total_mib"]) for g in facts["gpus"]] == [
+        (0, "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "12.0", 97887),
+        (1, "NVIDIA L40S", "8.9", 46068),
+        (2, "NVIDIA A100 80GB PCIe", "8.0", 81920),
+        (3, "NVIDIA GeForce RTX 5090", "12.0", 32607),
+    ]
+    assert facts["capabilities"] == ["8.0", "8.9", "12.0"]  # numeric order, each once
+    assert first_capability(facts) == "12.0"  # the first GPU by index, not the smallest capability
+    assert facts["driver_version"] == "580.105.08"
+    assert facts["user_space_driver_version"] == "580.105.08"
+    assert facts["kernel_module_mismatch"] is False
+    assert facts["reload_required"] is False
+    assert facts["reload_reason"] is None
+
+
+@pytest.mark.parametrize(("loaded", "mismatch"), [
+    ("580.95.05", True), ("580.105.07", True), ("580.105", True), ("580.105.08", False)])
+def test_driver_versions_that_share_a_major(replay, tmp_path, loaded, mismatch):
+    module_file = tmp_path / "version"
+    module_file.write_text(f"{loaded}\n")
+    facts = replay("mixed-models", module_files=[str(module_file)])
+    assert facts["kernel_module_version"] == loaded
+    assert facts["kernel_module_mismatch"] is mismatch
+    assert facts["reload_required"] is mismatch
+    assert facts["reload_reason"] == (f"kernel module {loaded} is loaded but the user-space driver is "
+                                      "580.105.08: reboot or reload the nvidia modules" if mismatch else None)
+
+
+def test_user_space_version_falls_back_to_the_query_without_a_banner(replay, tmp_path, monkeypatch):
+    recording = tmp_path / "no-banner"
+    recording.mkdir()
+    (recording / "query.txt").write_text((RECORDINGS / "mixed-models" / "query.txt").read_text())
+    (recording / "banner.txt").write_text("NVIDIA-SMI has failed\n")
+    (recording / "banner.rc").write_text("2\n")
+    module_file = tmp_path / "version"
+    module_file.write_text("580.95.05\n")
+    monkeypatch.setenv("NVIDIA_SMI_RECORDING", str(recording))
+    facts = gpu_facts(STAND_IN, module_version_files=[str(module_file)])
+    assert facts["present"] is True
+    assert facts["user_space_driver_version"] is None
+    assert facts["cuda_driver_version"] is None
+    assert facts["kernel_module_mismatch"] is True
+    assert facts["reload_reason"] == ("kernel module 580.95.05 is loaded but the user-space driver is "
+                                      "580.105.08: reboot or reload the nvidia modules")
+
+
+def test_first_capability_follows_the_index_and_skips_gpus_without_one():
+    gpus = [{"index": 2, "capability": "8.0"}, {"index": 1, "capability": None},
+            {"index": 3, "capability": "9.0"}]
+    assert first_capability({"gpus": gpus}) == "8.0"
+    assert first_capability({"gpus": []}) is None
+    assert first_capability({}) is None
+    assert first_capability({"gpus": None}) is None
