@@ -25,6 +25,9 @@ TYPE_CASES = [
     ({"type": "bool"}, "0", [f"v is the string '0', not a boolean; write false{WHEN}"]),
     ({"type": "bool"}, "y", [f"v is the string 'y', not a boolean; write true{WHEN}"]),
     ({"type": "bool"}, "1", [f"v is the string '1', not a boolean; write true{WHEN}"]),
+    ({"type": "bool"}, "True", [f"v is the string 'True', not a boolean; write true{WHEN}"]),
+    ({"type": "bool"}, "yes", [f"v is the string 'yes', not a boolean; write true{WHEN}"]),
+    ({"type": "bool"}, "no", [f"v is the string 'no', not a boolean; write false{WHEN}"]),
     ({"type": "bool"}, "off", [f"v is the string 'off', not a boolean; write false{WHEN}"]),
     ({"type": "bool"}, 1, ["v must be a boolean (true/false), got int 1"]),
     ({"type": "bool"}, "maybe", ["v must be a boolean (true/false), got str 'maybe'"]),
@@ -155,3 +158,23 @@ def test_prefixes_are_policed_only_when_given():
         "host h1: bare_x is not a variable of this project",
         "host h1: empty_y is not a variable of this project"]
     assert check_host_variables("h1", {"x": 1}, None) == []
+
+
+def test_a_required_option_given_by_name_only_is_not_null():
+    # Secrets are passed by name only: their value is unknown here, not null.
+    token = {"demo_token": {"type": "str", "required": True}}
+    specs = {"demo": {"argument_specs": {"main": {"options": token}}}}
+    assert check_host_variables("h1", {}, specs, names=["demo_token"]) == []
+    assert check_host_variables("h1", {"demo_token": None}, specs) == [
+        "host h1: demo_token is required and must not be null"]
+
+
+def test_foreign_variables_do_not_stop_the_checks():
+    assert check_host_variables("h1", {"aaa_foreign": 1, "demo_jobs": "x", "zzz": 2}, SPECS) == [
+        "host h1: demo_jobs must be a boolean (true/false), got str 'x'"]
+
+
+def test_every_entry_of_a_capability_list_is_checked_after_an_unknown_one():
+    unknown, spelling = check_capability("x_capabilities", ["12.5", "120", "9.0"])
+    assert unknown.startswith("x_capabilities: '12.5' is not the compute capability of any known NVIDIA GPU")
+    assert spelling == "x_capabilities is '120'; write the capability as \"12.0\""
