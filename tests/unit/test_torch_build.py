@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from ansible.module_utils.torch_probe import check_requirements, inspect_torch
+from ansible.module_utils.torch_probe import TorchProbeError, check_requirements, inspect_torch, rate
 
 VERSION = "2.14.1"
 
@@ -108,3 +108,71 @@ def test_a_build_with_both_versions_is_rocm(torch_at):
     facts = inspect_torch(python, require=["9.0"])
     assert facts["build"] == "rocm"
     assert facts["missing"] == ["9.0"]
+
+
+def test_torch_not_installed(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    with pytest.raises(TorchProbeError) as caught:
+        inspect_torch(sys.executable)
+    assert str(caught.value) == (
+        f"torch is not installed for {sys.executable} (No module named 'torch'); point python at the "
+        "interpreter of the environment that has torch (e.g. <venv>/bin/python) or install torch there")
+
+
+def test_torch_that_fails_to_import(tmp_path, monkeypatch):
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('libcudart.so.13: cannot open')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    with pytest.raises(TorchProbeError) as caught:
+        inspect_torch(sys.executable)
+    assert str(caught.value) == (
+        f"import torch failed in {sys.executable}: ImportError: libcudart.so.13: cannot open; the install "
+        "is broken or incomplete: reinstall torch in that environment")
+
+
+def test_torch_that_crashes_or_hangs_the_interpreter(tmp_path, monkeypatch):
+    (tmp_path / "torch").mkdir()
+    init = tmp_path / "torch" / "__init__.py"
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    init.write_text("import os\nos.abort()\n")
+    with pytest.raises(TorchProbeError, match=rf"^the torch probe in {sys.executable} was killed by signal 6 "
+                                              "without an answer"):
+        inspect_torch(sys.executable)
+    init.write_text("import time\ntime.sleep(600)\n")
+    with pytest.raises(TorchProbeError, match=rf"^the torch probe in {sys.executable} did not finish within "
+                                              r"0\.5 s and was killed"):
+        inspect_torch(sys.executable, timeout=0.5)
+
+
+def test_a_rocm_build_covers_no_device_whatever_its_arch_list():
+    rated = rate({"build": "rocm", "arch_list": ["sm_90"], "devices": [{"index": 0, "capability": "9.0"}]},
+                 ["9.0"])
+    assert rated["missing"] == ["9.0"]
+    assert rated["devices"][0]["covered"] is False
+
+
+def test_a_device_capability_that_is_no_capability_is_not_rated():
+    device = {"index": 0, "capability": "x.y"}
+    rated = rate({"build": "cuda", "arch_list": ["sm_90"], "devices": [device]}, [])
+    assert rated["devices"] == [{"index": 0, "capability": "x.y", "covered": None}]
+
+
+def test_requirement_messages_in_full():
+    base = {"python": "/v/bin/python", "cuda_version": "13.0", "hip_version": "6.4"}
+    cpu = {**base, "torch_version": "2.15.0.dev20260101+cpu+local", "build": "cpu",
+           "require": ["9.0", "12.0"]}
+    assert check_requirements(cpu, "https://mirror.example/cu130") == (
+        "torch 2.15.0.dev20260101+cpu+local in /v/bin/python is a CPU build (torch.version.cuda is None): it "
+        "cannot run on GPUs of capability 9.0, 12.0. Install a CUDA build from https://mirror.example/cu130, "
+        "e.g. `pip install --index-url https://mirror.example/cu130 torch==2.15.0.dev20260101`")
+    rocm = {**cpu, "build": "rocm", "torch_version": "2.9.0+rocm6.4"}
+    assert check_requirements(rocm, "https://m/cu130") == (
+        "torch 2.9.0+rocm6.4 in /v/bin/python is a ROCm build (HIP 6.4): it cannot run on NVIDIA GPUs of "
+        "capability 9.0, 12.0. Install a CUDA build from https://m/cu130, e.g. `pip install --index-url "
+        "https://m/cu130 torch==2.9.0`")
+    cuda = {**base, "torch_version": "2.14.1", "build": "cuda", "require": ["10.3", "11.0", "12.0"],
+            "missing": ["10.3", "11.0"], "arch_list": ["sm_90", "sm_120"]}
+    assert check_requirements(cuda) == (
+        "torch 2.14.1 in /v/bin/python (CUDA 13.0) has no code for capability 10.3, 11.0: its arch list is "
+        "sm_90 sm_120. Install a torch build whose arch list covers it (newer torch/CUDA, or a build with "
+        "TORCH_CUDA_ARCH_LIST including it)")
