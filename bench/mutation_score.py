@@ -26,7 +26,6 @@ mutmut runs in .venv's interpreter with the packages of requirements-mutation.tx
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import os
 import shutil
@@ -120,8 +119,9 @@ def mutant_diff(work: Path, name: str) -> str:
 
 
 def changed_lines(diff: str) -> tuple[str, str]:
-    minus = [line[1:].strip() for line in diff.splitlines() if line.startswith("-") and not line.startswith("---")]
-    plus = [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    lines = diff.splitlines()
+    minus = [line[1:].strip() for line in lines if line.startswith("-") and not line.startswith("---")]
+    plus = [line[1:].strip() for line in lines if line.startswith("+") and not line.startswith("+++")]
     return " / ".join(minus), " / ".join(plus)
 
 
@@ -168,7 +168,8 @@ def report(source: Path, threshold: float, show_diffs: bool) -> bool:
     print(f"{source.name:24} {score:5.1f}%  killed {len(killed):3} of {counted:3}"
           f"  (survived {len(survivors)}, equivalent {len(explained)})  {verdict}")
     for name, diff, code in survivors:
-        status = "no unit test reaches it" if code in NO_TESTS else "survived" if code in SURVIVED else f"exit {code}"
+        status = ("no unit test reaches it" if code in NO_TESTS else "survived" if code in SURVIVED
+                  else f"exit {code}")
         print(f"    {status}: {name}")
         if show_diffs:
             old, new = changed_lines(diff)
@@ -183,13 +184,15 @@ def install() -> None:
         return
     shutil.rmtree(LIB, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                    "--no-deps", "--target", str(LIB), "--requirement", str(REPO / "requirements-mutation.txt")],
+                    "--no-deps", "--target", str(LIB),
+                    "--requirement", str(REPO / "requirements-mutation.txt")],
                    check=True)
     stamp.write_text(wanted)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", choices=["run", "report"])
     parser.add_argument("files", nargs="*", help="module_utils file names (default: all)")
     parser.add_argument("--threshold", type=float, default=90.0)
