@@ -99,3 +99,4 @@ def test_a_command_the_kill_cannot_end_is_left_behind(short_grace, started, monk
     assert caught.value.leftover == ("it did not exit within 0.3 s after SIGKILL (stuck in the kernel, "
                                      "e.g. in the GPU driver? check dmesg); left behind")
     assert started[0].poll() is None
+    assert (caught.value.stdout, caught.value.stderr) == (b"", b"")  # nothing written: empty, not None
