@@ -100,3 +100,15 @@ def test_a_command_the_kill_cannot_end_is_left_behind(short_grace, started, monk
                                      "e.g. in the GPU driver? check dmesg); left behind")
     assert started[0].poll() is None
     assert (caught.value.stdout, caught.value.stderr) == (b"", b"")  # nothing written: empty, not None
+
+
+def test_a_session_already_gone_at_the_timeout_is_no_error(monkeypatch):
+    # The command's process group can vanish between the timeout and the kill (it exited just then).
+    def gone_group(pid, sig):
+        raise ProcessLookupError(3, "No such process")
+
+    monkeypatch.setattr(bounded_run.os, "killpg", gone_group)
+    monkeypatch.setattr(bounded_run, "KILL_GRACE", 5)
+    with pytest.raises(RunTimeout) as caught:
+        run_bounded(["sh", "-c", "sleep 0.5"], 0.2)
+    assert caught.value.leftover is None  # it ended within the grace period by itself
