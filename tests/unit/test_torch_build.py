@@ -8,6 +8,7 @@ attributes the probe reads, with the values each kind of build has.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -111,9 +112,11 @@ def test_a_build_with_both_versions_is_rocm(torch_at):
 
 
 def test_torch_not_installed(tmp_path, monkeypatch):
+    # Given as a bare name: the message names the interpreter that answered, by its full path.
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable))
     with pytest.raises(TorchProbeError) as caught:
-        inspect_torch(sys.executable)
+        inspect_torch(os.path.basename(sys.executable))
     assert str(caught.value) == (
         f"torch is not installed for {sys.executable} (No module named 'torch'); point python at the "
         "interpreter of the environment that has torch (e.g. <venv>/bin/python) or install torch there")
