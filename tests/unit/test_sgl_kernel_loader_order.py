@@ -10,6 +10,7 @@ import os
 import struct
 
 import pytest
+from ansible.module_utils import sgl_kernel_layout
 from ansible.module_utils.sgl_kernel_layout import LayoutError, inspect_layout, package_version
 
 A, F = 0x100000, 0x200000
@@ -140,3 +141,31 @@ def test_package_version(tmp_path, text, version):
     pkg = package(tmp_path, {"version.py": text})
     assert package_version(pkg) == version
     assert package_version(str(tmp_path / "missing")) is None
+
+
+def test_an_unreadable_variant_directory_is_an_error_not_an_empty_one(tmp_path, monkeypatch):
+    # As root nothing is unreadable, so the refusal is made by a stand-in listdir (a normal user's run
+    # is in tests/unit/test_modules_fail_cleanly.py).
+    pkg = package(tmp_path, {"sm100/common_ops.abi3.so": RELEASED})
+    real_listdir = sgl_kernel_layout.os.listdir
+
+    def listdir(path=None):
+        if path == os.path.join(pkg, "sm100"):
+            raise PermissionError(13, "Permission denied", path)
+        return real_listdir(path)
+
+    monkeypatch.setattr(sgl_kernel_layout.os, "listdir", listdir)
+    with pytest.raises(LayoutError) as caught:
+        inspect_layout(pkg, "12.0")
+    assert str(caught.value) == (f"cannot list {pkg}/sm100: Permission denied; check that the user running "
+                                 "the module may read the sgl_kernel package")
+
+
+def test_nothing_to_load_names_the_directory_the_loader_wants(tmp_path):
+    pkg = package(tmp_path, {"sm100/common_ops.abi3.so": RELEASED})
+    result = inspect_layout(pkg, "9.0")
+    assert (result["package_dir"], result["capability"]) == (pkg, "9.0")
+    assert result["selected_variant"] is None
+    assert result["message"].startswith(f"no sm90/common_ops.* and no package-root common_ops.* in {pkg}: ")
+    pkg = package(tmp_path / "root-only", {"common_ops.abi3.so": fatbin((2, 80, 0))})
+    assert "whose sm90/common_ops has code for 9.0" in inspect_layout(pkg, "9.0")["message"]
