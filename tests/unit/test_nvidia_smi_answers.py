@@ -132,3 +132,18 @@ def test_found_on_path_then_in_the_usual_directories(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.setattr(nvidia_smi, "FALLBACK_DIRS", (str(first),))
     assert find_nvidia_smi() is None
+
+
+def test_an_empty_list_is_no_gpu(tmp_path):
+    facts = gpu_facts(smi(tmp_path, "exit 0"), module_version_files=[])
+    assert (facts["present"], facts["reason"], facts["gpus"]) == (False, "nvidia-smi lists no GPU", [])
+
+
+def test_a_version_mismatch_is_the_reload_reason(tmp_path):
+    script = "echo 'Failed to initialize NVML: Driver/library version mismatch'; exit 18"
+    facts = gpu_facts(smi(tmp_path, script), module_version_files=[])
+    assert facts["reload_required"] is True
+    assert facts["user_space_driver_version"] is None  # no "NVML library version" line
+    assert facts["reload_reason"] == facts["reason"] == (
+        "the loaded NVIDIA kernel module does not match the user-space driver (Driver/library version "
+        "mismatch): reboot or reload the nvidia modules")
