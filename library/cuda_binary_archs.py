@@ -17,7 +17,7 @@ description:
     treated as errors. A missing path or a truncated or corrupt binary fails with a message naming it.
   - Read-only; never reports C(changed).
 version_added: "0.1.0"
-author: sglang-fleet developers
+author: sglang-fleet maintainers (@sglang-fleet)
 options:
   paths:
     description:
@@ -42,8 +42,10 @@ options:
     type: bool
 attributes:
   check_mode:
+    description: Can run in check mode; it changes nothing in either mode, so the answer is the same.
     support: full
   diff_mode:
+    description: Returns no diff; it changes nothing.
     support: none
 """
 

@@ -15,7 +15,7 @@ description:
     C(reload_required).
   - Never changes anything.
 version_added: "1.0.0"
-author: sglang-fleet maintainers
+author: sglang-fleet maintainers (@sglang-fleet)
 options:
   nvidia_smi:
     description:
@@ -35,8 +35,10 @@ options:
     default: [/sys/module/nvidia/version, /proc/driver/nvidia/version]
 attributes:
   check_mode:
+    description: Can run in check mode; it changes nothing in either mode, so the answer is the same.
     support: full
   diff_mode:
+    description: Returns no diff; it changes nothing.
     support: none
 notes:
   - Supports check mode; the result is the same.

@@ -18,7 +18,7 @@ description:
   - Runs anywhere (stdlib only); the preflight role runs it delegated to the controller so a bad
     inventory fails before any host is contacted.
 version_added: "0.1.0"
-author: sglang-fleet developers
+author: sglang-fleet maintainers (@sglang-fleet)
 options:
   host:
     description: Inventory name of the host whose variables these are (used in messages).
@@ -55,8 +55,10 @@ options:
     default: {}
 attributes:
   check_mode:
+    description: Can run in check mode; it changes nothing in either mode, so the answer is the same.
     support: full
   diff_mode:
+    description: Returns no diff; it changes nothing.
     support: none
 """
 

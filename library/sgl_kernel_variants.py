@@ -21,7 +21,7 @@ description:
     file was actually loaded, or the error (an C(undefined symbol) means a torch ABI mismatch).
   - Never changes anything.
 version_added: "1.0.0"
-author: sglang-fleet maintainers
+author: sglang-fleet maintainers (@sglang-fleet)
 options:
   python:
     description:
@@ -59,8 +59,10 @@ options:
     default: 120
 attributes:
   check_mode:
+    description: Can run in check mode; it changes nothing in either mode, so the answer is the same.
     support: full
   diff_mode:
+    description: Returns no diff; it changes nothing.
     support: none
 notes:
   - Supports check mode; the result is the same.

@@ -19,7 +19,7 @@ description:
     C(cuda_binary_archs) on C(torch/lib) for those).
   - Never changes anything.
 version_added: "1.0.0"
-author: sglang-fleet maintainers
+author: sglang-fleet maintainers (@sglang-fleet)
 options:
   python:
     description:
@@ -53,8 +53,10 @@ options:
     default: 120
 attributes:
   check_mode:
+    description: Can run in check mode; it changes nothing in either mode, so the answer is the same.
     support: full
   diff_mode:
+    description: Returns no diff; it changes nothing.
     support: none
 notes:
   - Supports check mode; the result is the same.

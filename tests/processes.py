@@ -14,15 +14,27 @@ AFTER_TIMEOUT = 5 + 3
 
 
 def gone(pid: int, within: float = 5.0) -> bool:
-    """Whether ``pid`` no longer exists within ``within`` seconds (an orphan is reaped shortly after)."""
+    """Whether ``pid`` has ended within ``within`` seconds: it no longer exists, or it is a zombie (dead,
+    waiting for whoever adopted it to reap it, which a slow init does only every second or two)."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
             return True
-        time.sleep(0.1)
+        if _state(pid) in ("Z", "X", None):
+            return True
+        time.sleep(0.05)
     return False
+
+
+def _state(pid: int) -> str | None:
+    """The one-letter state of ``pid`` from /proc (None once it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
 
 
 def kill_pid_in(path: Path) -> None:

@@ -17,6 +17,7 @@ from ansible_run import run_module
 from cudabuild import compiled_fixtures
 from cuobjdump import as_cuobjdump_lists, cuobjdump_listing
 from documented import assert_documented
+from prereq import require
 from sglkernel import SGLANG_KERNEL_VERSION, unpacked_package
 from torchenv import torch_python
 from venvs import make_venv, purelib
@@ -197,8 +198,7 @@ def test_module_finds_the_package_and_the_gpu(tmp_path, wheel_package):
 
 
 def test_module_import_check_without_gpu(wheel_package):
-    if shutil.which("nvidia-smi"):
-        pytest.skip("this machine has nvidia-smi")
+    require(not shutil.which("nvidia-smi"), "this machine has nvidia-smi (the test is of a GPU-less host)")
     result = run_module("sgl_kernel_variants", {"package_dir": wheel_package, "import_check": True})
     assert result["event"] == "runner_on_ok"
     assert result["capability"] is None

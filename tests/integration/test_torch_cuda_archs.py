@@ -12,6 +12,7 @@ import pytest
 from ansible.module_utils.cuda_arch import KNOWN_CAPABILITIES
 from ansible_run import run_module
 from documented import assert_documented
+from prereq import require
 from torchenv import torch_python
 from venvs import make_venv, purelib
 
@@ -133,8 +134,7 @@ def test_python_path_with_tilde_is_expanded(tmp_path):
 
 def test_system_python_without_torch():
     probe = subprocess.run(["python3", "-c", "import torch"], capture_output=True, check=False)
-    if probe.returncode == 0:
-        pytest.skip("this machine's python3 has torch")
+    require(probe.returncode != 0, "this machine's python3 has torch (the test needs one without)")
     failed = run_module("torch_cuda_archs", {"python": "python3"})
     assert failed["event"] == "runner_on_failed"
     assert "torch is not installed for" in failed["msg"]

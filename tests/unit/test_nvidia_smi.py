@@ -8,10 +8,10 @@ files) is real.
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
+from ansible.module_utils import bounded_run
 from ansible.module_utils.nvidia_smi import (
     KERNEL_MODULE_VERSION_FILES,
     NvidiaSmiError,
@@ -22,7 +22,8 @@ from ansible.module_utils.nvidia_smi import (
     read_kernel_module_version,
 )
 from documented import module_block
-from processes import AFTER_TIMEOUT, gone, kill_pid_in
+from prereq import require
+from processes import kill_pid_in
 
 STAND_INS = Path(__file__).resolve().parent.parent / "stand_ins"
 STAND_IN = str(STAND_INS / "nvidia-smi")
@@ -120,37 +121,9 @@ def test_driver_without_compute_cap_field(replay, tmp_path):
     assert facts["cuda_driver_version"] == "11.4"
 
 
-def test_hung_nvidia_smi_is_bounded(replay, tmp_path):
-    facts = replay("hung", module_files=[str(tmp_path / "absent")], timeout=1)
-    assert facts["present"] is False
-    assert "did not answer within 1 s" in facts["reason"]
-
-
-def test_hung_nvidia_smi_and_its_helpers_are_bounded(tmp_path):
-    # STAND-IN for a hung nvidia-smi that started a helper in its session and one outside it (setsid):
-    # the first must be killed with it, the second must not hold gpu_facts beyond timeout + grace.
-    smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\n"
-                   f"sleep 30 & echo $! > {tmp_path}/in-session.pid\n"
-                   f"setsid sleep 30 & echo $! > {tmp_path}/escaped.pid\n"
-                   "exec sleep 30\n")
-    smi.chmod(0o755)
-    start = time.monotonic()
-    try:
-        facts = gpu_facts(str(smi), timeout=1, module_version_files=[])
-        assert time.monotonic() - start < 1 + AFTER_TIMEOUT
-        assert facts["present"] is False
-        assert facts["reason"].startswith(f"{smi} did not answer within 1 s (a hung GPU or driver?")
-        assert "outside its session (setsid) survived the kill" in facts["reason"]
-        assert gone(int((tmp_path / "in-session.pid").read_text())), "nvidia-smi's helper survived"
-    finally:
-        kill_pid_in(tmp_path / "in-session.pid")
-        kill_pid_in(tmp_path / "escaped.pid")
-
-
 def test_this_machine_has_no_gpu():
-    if shutil.which("nvidia-smi"):
-        pytest.skip("this machine has nvidia-smi; the GPU-less path is covered by the recordings")
+    require(not shutil.which("nvidia-smi"),
+            "this machine has nvidia-smi; the GPU-less path is covered by the recordings")
     facts = gpu_facts()
     assert facts["present"] is False
     assert facts["reason"] == "nvidia-smi not found on PATH (no NVIDIA driver installed)"
@@ -211,3 +184,87 @@ def test_parse_banner():
     version_output = "NVIDIA-SMI version  : 590.44.01\nCUDA Version         : 13.1\n"  # nvidia-smi --version
     assert parse_banner(version_output) == ("590.44.01", "13.1")
     assert parse_banner("garbage") == (None, None)
+
+
+# Fast versions of the timeout tests in tests/integration/test_bounded_waits.py (short timeout and grace).
+
+def test_hung_nvidia_smi_is_an_answer_quickly(replay, tmp_path):
+    facts = replay("hung", module_files=[str(tmp_path / "absent")], timeout=0.3)
+    assert facts["present"] is False
+    assert facts["nvidia_smi"] == STAND_IN
+    assert facts["reason"] == (f"{STAND_IN} did not answer within 0.3 s (a hung GPU or driver? check dmesg "
+                               "for Xid errors)")
+
+
+def test_hung_nvidia_smi_names_what_it_left_behind(tmp_path, monkeypatch):
+    monkeypatch.setattr(bounded_run, "KILL_GRACE", 0.3)
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\nsetsid sleep 30 & echo $! > {tmp_path}/escaped.pid\nexec sleep 30\n")
+    smi.chmod(0o755)
+    try:
+        facts = gpu_facts(str(smi), timeout=0.5, module_version_files=[])
+    finally:
+        kill_pid_in(tmp_path / "escaped.pid")
+    assert facts["reason"] == (f"{smi} did not answer within 0.5 s (a hung GPU or driver? check dmesg for "
+                               "Xid errors); a process it started outside its session (setsid) survived the "
+                               "kill and still holds its output open; left behind")
+
+
+# Several GPU models in one host, and driver versions that share a major (recording: mixed-models).
+
+def test_several_models_in_one_host(replay):
+    facts = replay("mixed-models")
+    assert facts["present"] is True
+    assert [(g["index"], g["name"], g["capability"], g["memory_total_mib"]) for g in facts["gpus"]] == [
+        (0, "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "12.0", 97887),
+        (1, "NVIDIA L40S", "8.9", 46068),
+        (2, "NVIDIA A100 80GB PCIe", "8.0", 81920),
+        (3, "NVIDIA GeForce RTX 5090", "12.0", 32607),
+    ]
+    assert facts["capabilities"] == ["8.0", "8.9", "12.0"]  # numeric order, each once
+    assert first_capability(facts) == "12.0"  # the first GPU by index, not the smallest capability
+    assert facts["driver_version"] == "580.105.08"
+    assert facts["user_space_driver_version"] == "580.105.08"
+    assert facts["kernel_module_mismatch"] is False
+    assert facts["reload_required"] is False
+    assert facts["reload_reason"] is None
+
+
+@pytest.mark.parametrize(("loaded", "mismatch"), [
+    ("580.95.05", True), ("580.105.07", True), ("580.105", True), ("580.105.08", False)])
+def test_driver_versions_that_share_a_major(replay, tmp_path, loaded, mismatch):
+    module_file = tmp_path / "version"
+    module_file.write_text(f"{loaded}\n")
+    facts = replay("mixed-models", module_files=[str(module_file)])
+    assert facts["kernel_module_version"] == loaded
+    assert facts["kernel_module_mismatch"] is mismatch
+    assert facts["reload_required"] is mismatch
+    assert facts["reload_reason"] == (f"kernel module {loaded} is loaded but the user-space driver is "
+                                      "580.105.08: reboot or reload the nvidia modules" if mismatch else None)
+
+
+def test_user_space_version_falls_back_to_the_query_without_a_banner(replay, tmp_path, monkeypatch):
+    recording = tmp_path / "no-banner"
+    recording.mkdir()
+    (recording / "query.txt").write_text((RECORDINGS / "mixed-models" / "query.txt").read_text())
+    (recording / "banner.txt").write_text("NVIDIA-SMI has failed\n")
+    (recording / "banner.rc").write_text("2\n")
+    module_file = tmp_path / "version"
+    module_file.write_text("580.95.05\n")
+    monkeypatch.setenv("NVIDIA_SMI_RECORDING", str(recording))
+    facts = gpu_facts(STAND_IN, module_version_files=[str(module_file)])
+    assert facts["present"] is True
+    assert facts["user_space_driver_version"] is None
+    assert facts["cuda_driver_version"] is None
+    assert facts["kernel_module_mismatch"] is True
+    assert facts["reload_reason"] == ("kernel module 580.95.05 is loaded but the user-space driver is "
+                                      "580.105.08: reboot or reload the nvidia modules")
+
+
+def test_first_capability_follows_the_index_and_skips_gpus_without_one():
+    gpus = [{"index": 2, "capability": "8.0"}, {"index": 1, "capability": None},
+            {"index": 3, "capability": "9.0"}]
+    assert first_capability({"gpus": gpus}) == "8.0"
+    assert first_capability({"gpus": []}) is None
+    assert first_capability({}) is None
+    assert first_capability({"gpus": None}) is None

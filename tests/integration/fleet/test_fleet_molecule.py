@@ -1,5 +1,6 @@
-"""The molecule scenario (tests/molecule/fleet) passes its full sequence on fleet hosts, and leaves nothing:
-no host, no ssh connection master, no claim."""
+"""The molecule scenario (tests/molecule/fleet) passes its full sequence on fleet hosts, converging the
+project's own site playbook (preflight and every stage role in it) plus the harness's probe service, and
+leaves nothing: no host, no ssh connection master, no claim."""
 
 from __future__ import annotations
 
@@ -58,9 +59,25 @@ def test_molecule_fleet_scenario(fleet_base):
             done = re.search(rf"^fleet > {action}: Executed: Successful$", out, re.MULTILINE)
             assert done, f"molecule action {action} did not succeed"
         assert len(re.findall(r"^fleet > check: Executed: Successful$", out, re.MULTILINE)) == 2
-        first_check, second_check = [text for action, text in re.findall(
-            r"^INFO\s+\[fleet > (\w+)\] Executing$(.*?)^INFO\s+\[fleet > \1\] Executed", out,
-            re.MULTILINE | re.DOTALL) if action == "check"]
+        sections = re.findall(r"^INFO\s+\[fleet > (\w+)\] Executing$(.*?)^INFO\s+\[fleet > \1\] Executed",
+                              out, re.MULTILINE | re.DOTALL)
+        first_check, second_check = [text for action, text in sections if action == "check"]
+        # converge ran the project's own site playbook (preflight, then the summary) on every host
+        (converge,) = [text for action, text in sections if action == "converge"]
+        tasks = re.findall(r"^TASK \[(.*?)\]", converge, re.MULTILINE)
+        for task in ("preflight : Require ansible-core within the supported window",
+                     "preflight : Check project variables against every role's argument specs",
+                     "preflight : Report the operating system", "preflight : Report the GPUs",
+                     "Show the host summary"):
+            assert task in tasks, (task, tasks)
+        for host in ("mol-1", "mol-2", "mol-3"):
+            assert re.search(rf"{host}: Debian\s+12\.\d+\s+\(bookworm\).*?-\s+supported", converge,
+                             re.DOTALL), converge[-6000:]
+            no_gpu = rf"{host}: no\s+usable\s+GPU\s+\(nvidia-smi\s+not\s+found"
+            assert re.search(no_gpu, converge), converge[-6000:]
+        # only the probe service changes anything on a first converge (4 tasks and its restart handler):
+        # preflight and the summary only read
+        assert _recap(converge) == {"mol-1": (5, 0), "mol-2": (5, 0), "mol-3": (5, 0)}, converge[-3000:]
         assert _recap(first_check) == {"mol-1": (3, 0), "mol-2": (3, 0), "mol-3": (3, 0)}  # would install
         # check mode on converged hosts: nothing to change, nothing failing
         assert _recap(second_check) == {"mol-1": (0, 0), "mol-2": (0, 0), "mol-3": (0, 0)}
