@@ -82,7 +82,7 @@ checks:
         C(gpu), C(driver), C(cuda), C(torch), C(kernel), C(environment), C(service), C(gateway), C(drift).
       type: str
     status:
-      description: C(ok), C(fail) or C(skip).
+      description: C(ok), C(warn) (reported, not failing), C(fail) or C(skip).
       type: str
     detail:
       description: What was found, in words.

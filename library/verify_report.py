@@ -15,7 +15,8 @@ version_added: "0.2.0"
 author: sglang-fleet developers
 options:
   hosts:
-    description: Host name to its list of checks.
+    description: >-
+      Host name to its list of checks (C(check), C(status) C(ok)/C(warn)/C(fail)/C(skip), C(detail)).
     type: dict
     required: true
   dest:

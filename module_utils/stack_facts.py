@@ -50,9 +50,10 @@ def nvcc_version(nvcc, timeout=30):
     return result
 
 
-def read_manifest(stack_dir):
-    """The stack's ``stack.json`` as a dict ({} when the stack has none)."""
-    path = os.path.join(stack_dir, "stack.json")
+def read_manifest(stack_dir, name="stack.json"):
+    """A JSON file of the stack (``stack.json``, written by the stack role; ``sgl_kernel.json``, the
+    sgl_kernel role's record of the installed build) as a dict ({} when the stack has none)."""
+    path = os.path.join(stack_dir, name)
     try:
         with open(path) as handle:
             return json.load(handle)
@@ -78,25 +79,25 @@ def collect(stack_root, nvcc=None, unit_paths=(), nvidia_smi=None, timeout=120):
     """Lock-shaped facts of the stack in use on this host (see the module's RETURN)."""
     name, directory = current_stack(stack_root)
     manifest = read_manifest(directory) if directory else {}
+    kernel_record = read_manifest(directory, "sgl_kernel.json") if directory else {}
+    inputs = manifest.get("fingerprint_inputs") or {}
     gpu = gpu_facts(nvidia_smi)
     facts = {
         "stack": {"root": stack_root, "name": name, "path": directory,
                   "fingerprint": manifest.get("fingerprint")},
-        "profile": manifest.get("profile_name") or manifest.get("profile"),
-        "target_capabilities": manifest.get("target_capabilities") or [],
+        "profile": manifest.get("profile_name"),
+        "target_capabilities": manifest.get("targets") or [],
         "cuda": nvcc_version(nvcc),
         "driver": {"version": gpu["driver_version"], "cuda_driver_version": gpu["cuda_driver_version"],
                    "capabilities": gpu["capabilities"]},
         "torch": {"version": None, "git_version": None, "cuda_version": None,
-                  "index_url": (manifest.get("torch") or {}).get("index_url")},
+                  "index_url": (inputs.get("torch") or {}).get("index_url")},
         "sgl_kernel": {"package": None, "version": None,
-                       "build_fingerprint": (manifest.get("sgl_kernel") or {}).get("build_fingerprint")},
+                       "build_fingerprint": kernel_record.get("fingerprint")},
         "sglang": {"version": None},
         "unit": {"path": None, "sha256": None},
         "distributions": [],
     }
-    if isinstance(facts["profile"], dict):
-        facts["profile"] = facts["profile"].get("name")
     for path in unit_paths or ():
         if os.path.isfile(path):
             facts["unit"] = {"path": path, "sha256": file_sha256(path)}

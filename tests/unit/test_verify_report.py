@@ -31,6 +31,7 @@ def test_summary_orders_hosts_and_checks_and_counts():
     assert report["status"] == "fail"
     assert report["counts"] == {"hosts": 2, "passed": 1, "failed": 1}
     assert summarize({"a": [{"check": "gpu", "status": "skip"}]})["status"] == "ok"
+    assert summarize({"a": [{"check": "environment", "status": "warn"}]})["status"] == "ok"
 
 
 @pytest.mark.parametrize("check", [{"check": "gpu", "status": "bad"}, {"status": "ok"}, "text"])
@@ -95,7 +96,7 @@ def test_host_checks_failures_are_named():
     assert checks["cuda"] == ("fail", "no working nvcc at /n")
     assert checks["torch"] == ("fail", "no stack in use: /r/current does not exist")
     assert checks["kernel"] == ("fail", "sm100 has no code for 12.0")
-    assert checks["environment"] == ("fail", "2 of 2 CUDA binaries cannot run here: /x/a.so, /x/b.so")
+    assert checks["environment"] == ("warn", "2 of 2 CUDA binaries cannot run here: /x/a.so, /x/b.so")
     assert checks["service"] == ("fail", "http://127.0.0.1:30000/health did not answer: refused")
     assert checks["drift"] == ("fail", "six is 1.16.0, the lock has 1.17.0")
 
