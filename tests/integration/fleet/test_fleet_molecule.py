@@ -14,26 +14,33 @@ import time
 from pathlib import Path
 
 import pytest
+import sglkernel
 from fleet import Fleet, claims
 from fleet.state import state_dir
 from fleet_present import present
+from stackrun import fill_wheelhouse
 
 pytestmark = pytest.mark.integration
 
 TESTS = Path(__file__).resolve().parents[2]
 SEQUENCE = ("create", "check", "converge", "idempotence", "side_effect", "verify", "destroy")
 RECAP = re.compile(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)", re.MULTILINE)
-TIMEOUT = 900
+TIMEOUT = 1800
 
 
 def test_molecule_fleet_scenario(fleet_base):
+    # site.yml installs from the fleet's wheelhouse only: torch 2.14.1 and its dependencies, uv, and
+    # the released sglang-kernel wheel (sgl_kernel's auto mode takes it for the default targets)
+    fill_wheelhouse()
+    sglkernel.wheel()
     # A fleet name of this session's own: concurrent runs on one machine must not share hosts. It is
     # owned by this process, so a later session's gc() removes it if this one is killed.
     name = f"m{os.getpid() % 10**8}"
     venv_bin = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
            "NO_COLOR": "1", "ANSIBLE_NOCOLOR": "1", "MOLECULE_GLOB": "molecule/*/molecule.yml",
-           "SGLANG_FLEET_MOLECULE_NAME": name, "SGLANG_FLEET_OWNER_PID": str(os.getpid())}
+           "SGLANG_FLEET_MOLECULE_NAME": name, "SGLANG_FLEET_OWNER_PID": str(os.getpid()),
+           "SGLANG_FLEET_MOLECULE_STATE": str(state_dir(name) / "state.json")}
     state_file, recorded, output, masters = state_dir(name) / "state.json", None, [], set()
     try:
         proc = subprocess.Popen([str(Path(venv_bin) / "molecule"), "test", "-s", "fleet"], cwd=TESTS, env=env,
@@ -78,12 +85,16 @@ def test_molecule_fleet_scenario(fleet_base):
         # only the probe service changes anything on a first converge (4 tasks and its restart handler):
         # preflight and the summary only read
         assert _recap(converge) == {"mol-1": (5, 0), "mol-2": (5, 0), "mol-3": (5, 0)}, converge[-3000:]
-        assert _recap(first_check) == {"mol-1": (3, 0), "mol-2": (3, 0), "mol-3": (3, 0)}  # would install
+        # on fresh hosts check mode would install: the stack stages and the probe's 3 changes, no failure
+        first = _recap(first_check)
+        assert sorted(first) == ["mol-1", "mol-2", "mol-3"]
+        assert all(changed > 3 and failed == 0 for changed, failed in first.values()), first
         # check mode on converged hosts: nothing to change, nothing failing
         assert _recap(second_check) == {"mol-1": (0, 0), "mol-2": (0, 0), "mol-3": (0, 0)}
         verified = re.search(r"=+ (\d+) passed", out)
         assert verified, "the testinfra verify step ran no test"
-        assert int(verified.group(1)) == 10  # 3 checks x 3 hosts + the cross-host rolling-order check
+        # probe: 3 checks x 3 hosts + the cross-host rolling-order check; stack: 2 checks x 3 hosts
+        assert int(verified.group(1)) == 16
         assert Fleet(name).state is None
         assert recorded, f"no ready fleet {name} seen while molecule ran"
         assert recorded["owner"]["pid"] == os.getpid()

@@ -1,6 +1,7 @@
 """A playbook installs, enables and starts a systemd unit on every host over ssh; a rerun changes nothing.
 
-The playbook and role are the molecule scenario's (tests/molecule/fleet), so both paths test one thing.
+The playbook and role are the molecule scenario's probe (tests/molecule/fleet/probe.yml): both paths
+test one thing.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-CONVERGE = Path(__file__).resolve().parents[2] / "molecule" / "fleet" / "converge.yml"
+CONVERGE = Path(__file__).resolve().parents[2] / "molecule" / "fleet" / "probe.yml"
 UNIT = "fleet-probe.service"
 
 
