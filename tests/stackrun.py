@@ -16,6 +16,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import sglkernel
 import yaml
 from ansible_run import REPO_ROOT, PlayResult
 from cache import pip_download
@@ -30,8 +31,10 @@ UNCACHED_WHEEL = "mpmath-"
 
 
 def fill_wheelhouse() -> Path:
-    """uv, torch 2.14.1 and its dependencies, CPU torch 2.13.0 and its dependencies (several GB, once)."""
+    """uv, torch 2.14.1 and its dependencies, CPU torch 2.13.0 and its dependencies (several GB, once),
+    and the released sglang-kernel wheel (site.yml's sgl_kernel stage takes it in auto mode)."""
     pip_download(STACK_WHEELS, deps=True)
+    sglkernel.wheel()
     return pip_download([CPU_TORCH], deps=True)
 
 

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-import sglkernel
 from fleet import Fleet, claims
 from fleet.state import state_dir
 from fleet_present import present
@@ -32,7 +31,6 @@ def test_molecule_fleet_scenario(fleet_base):
     # site.yml installs from the fleet's wheelhouse only: torch 2.14.1 and its dependencies, uv, and
     # the released sglang-kernel wheel (sgl_kernel's auto mode takes it for the default targets)
     fill_wheelhouse()
-    sglkernel.wheel()
     # A fleet name of this session's own: concurrent runs on one machine must not share hosts. It is
     # owned by this process, so a later session's gc() removes it if this one is killed.
     name = f"m{os.getpid() % 10**8}"
