@@ -92,3 +92,36 @@ def test_timeout_is_a_probe_error_with_the_stderr_so_far_and_what_was_left_behin
         "hung import or CUDA initialisation?); raise timeout if the host is just slow; a process it started "
         "outside its session (setsid) survived the kill and still holds its output open; left behind; "
         "stderr: importing torch")
+
+
+def test_resolve_python_messages_in_full(tmp_path, monkeypatch):
+    missing = str(tmp_path / "bin" / "python")
+    cases = [
+        (missing, f"python {missing} does not exist; give the interpreter of the environment to inspect "
+                  "(e.g. <venv>/bin/python)"),
+        (str(tmp_path), f"python {tmp_path} is a directory; give the interpreter inside it (e.g. "
+                        f"{tmp_path}/bin/python)"),
+        ("python-that-does-not-exist-4",
+         "python 'python-that-does-not-exist-4' is not on PATH; give the full path of the interpreter"),
+        ("", "python must be the path of a Python interpreter, e.g. /opt/sglang/venv/bin/python"),
+        (None, "python must be the path of a Python interpreter, e.g. /opt/sglang/venv/bin/python"),
+    ]
+    plain = tmp_path / "python"
+    plain.write_text("#!/bin/sh\n")
+    plain.chmod(0o644)
+    cases.append((str(plain),
+                  f"python {plain} is not executable (check its mode and the mount's noexec flag)"))
+    for python, message in cases:
+        with pytest.raises(ProbeError) as caught:
+            resolve_python(python)
+        assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("S" + "x" * 1998 + "E", "S" + "x" * 1998 + "E"),  # 2000 characters: all of it
+    ("S" + "x" * 1999 + "E", "..." + "x" * 1999 + "E"),  # 2001: the last 2000
+])
+def test_only_the_end_of_a_long_error_is_kept(text, shown):
+    with pytest.raises(ProbeError) as caught:
+        run_probe(sys.executable, f"sys.stderr.write({text!r})\nsys.exit(3)\n")
+    assert str(caught.value).endswith(f"exited with status 3 without an answer; output: {shown}")
