@@ -67,12 +67,18 @@ def test_molecule_fleet_scenario(fleet_base):
         sections = re.findall(r"^INFO\s+\[fleet > (\w+)\] Executing$(.*?)^INFO\s+\[fleet > \1\] Executed",
                               out, re.MULTILINE | re.DOTALL)
         first_check, second_check = [text for action, text in sections if action == "check"]
-        # converge ran the project's own site playbook (preflight, then the summary) on every host
+        # converge ran the project's own site playbook (preflight, every stage, the summary) on every host
         (converge,) = [text for action, text in sections if action == "converge"]
         tasks = re.findall(r"^TASK \[(.*?)\]", converge, re.MULTILINE)
         for task in ("preflight : Require ansible-core within the supported window",
                      "preflight : Check project variables against every role's argument specs",
                      "preflight : Report the operating system", "preflight : Report the GPUs",
+                     "cuda_toolchain : Check the toolkit against the CUDA release and the target "
+                     "capabilities",
+                     "pytorch : Require torch code for every target capability",
+                     "sgl_kernel : Check the variant the loader picks for this host's capability (import "
+                     "test with a GPU)",
+                     "stack : Point current at the stack",
                      "Show the host summary"):
             assert task in tasks, (task, tasks)
         for host in ("mol-1", "mol-2", "mol-3"):
@@ -80,9 +86,10 @@ def test_molecule_fleet_scenario(fleet_base):
                              re.DOTALL), converge[-6000:]
             no_gpu = rf"{host}: no\s+usable\s+GPU\s+\(nvidia-smi\s+not\s+found"
             assert re.search(no_gpu, converge), converge[-6000:]
-        # only the probe service changes anything on a first converge (4 tasks and its restart handler):
-        # preflight and the summary only read
-        assert _recap(converge) == {"mol-1": (5, 0), "mol-2": (5, 0), "mol-3": (5, 0)}, converge[-3000:]
+        # the first converge changes every host (the stack stages and the probe service), fails none
+        converged = _recap(converge)
+        assert sorted(converged) == ["mol-1", "mol-2", "mol-3"]
+        assert all(changed > 5 and failed == 0 for changed, failed in converged.values()), converged
         # on fresh hosts check mode would install: the stack stages and the probe's 3 changes, no failure
         first = _recap(first_check)
         assert sorted(first) == ["mol-1", "mol-2", "mol-3"]
