@@ -17,7 +17,7 @@ description:
     refuse a toolkit release before installing it.
   - Never changes anything.
 version_added: "1.0.0"
-author: sglang-fleet maintainers
+author: sglang-fleet maintainers (@sglang-fleet)
 options:
   nvcc:
     description: The nvcc to check. Must exist and be executable.
@@ -70,8 +70,10 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Read-only; runs the same in check mode.
   diff_mode:
     support: none
+    description: Nothing is changed, so there is no diff.
 notes:
   - Supports check mode; the result is the same.
 seealso:

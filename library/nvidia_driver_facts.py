@@ -6,7 +6,7 @@ DOCUMENTATION = r"""
 module: nvidia_driver_facts
 short_description: Check the NVIDIA driver against the CUDA branch rules and say whether a reboot is needed
 description:
-  - Reads the GPUs and the loaded kernel module (the same facts as M(gpu_facts)), the nvidia module on
+  - Reads the GPUs and the loaded kernel module (the same facts as C(gpu_facts)), the nvidia module on
     disk (C(modinfo nvidia)), the module flavour (open or proprietary), Secure Boot, the NVIDIA devices
     on the PCI bus (GPUs and NVSwitches) and whether nouveau is loaded.
   - Decides, from those facts and the policy given, the C(problems) a reboot cannot fix (branch too old
@@ -16,7 +16,7 @@ description:
     nouveau loaded).
   - Never changes anything.
 version_added: "1.0.0"
-author: sglang-fleet maintainers
+author: sglang-fleet maintainers (@sglang-fleet)
 options:
   cuda_version:
     description: CUDA version the host must run (the profile's), for example V("13.0").
@@ -73,8 +73,10 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Read-only; runs the same in check mode.
   diff_mode:
     support: none
+    description: Nothing is changed, so there is no diff.
 notes:
   - Supports check mode; the result is the same.
   - NVSwitches of HGX H100/H200/B200 baseboards are reached through NVLink management NICs and may not
@@ -216,7 +218,7 @@ pci:
       type: list
       elements: str
 gpu:
-  description: The M(gpu_facts) result (GPUs, driver versions, loaded module check).
+  description: The C(gpu_facts) result (GPUs, driver versions, loaded module check).
   returned: always
   type: dict
 """

@@ -13,7 +13,7 @@ description:
     reinstalled by hand.
   - Read-only; never reports C(changed).
 version_added: "0.2.0"
-author: sglang-fleet developers
+author: sglang-fleet maintainers (@sglang-fleet)
 options:
   python:
     description: Interpreter of the environment, for example the stack's C(bin/python).

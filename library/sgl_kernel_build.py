@@ -19,7 +19,7 @@ description:
   - O(state=wait) waits up to O(interval) seconds for that build and returns its C([n/m]) progress, so a
     play can print progress while the build runs.
 version_added: "1.0.0"
-author: sglang-fleet maintainers
+author: sglang-fleet maintainers (@sglang-fleet)
 options:
   state:
     description: What to do.
@@ -142,8 +142,10 @@ options:
 attributes:
   check_mode:
     support: full
+    description: In check mode C(prepare) plans without writing and C(run) starts no build.
   diff_mode:
     support: none
+    description: No diff is produced.
 notes:
   - In check mode, O(state=prepare) reports what it would change and writes nothing; O(state=run) does not
     build and returns C(skipped).

@@ -16,7 +16,7 @@ description:
     scanned when given, and the choice is C(source).
   - Never changes anything.
 version_added: "1.0.0"
-author: sglang-fleet maintainers
+author: sglang-fleet maintainers (@sglang-fleet)
 options:
   wheel:
     description:
@@ -40,8 +40,10 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Read-only; runs the same in check mode.
   diff_mode:
     support: none
+    description: Nothing is changed, so there is no diff.
 notes:
   - The wheel's C(.so) files are copied one at a time to a temporary directory to be read, then removed.
 seealso:

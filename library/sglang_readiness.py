@@ -17,7 +17,7 @@ description:
     timeout, cold JIT, crash, hang after load).
   - Never changes anything.
 version_added: "1.0.0"
-author: sglang-fleet maintainers
+author: sglang-fleet maintainers (@sglang-fleet)
 options:
   mode:
     description: C(probe) (one gate step) or C(diagnose).
@@ -72,8 +72,10 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Read-only; runs the same in check mode.
   diff_mode:
     support: none
+    description: Nothing is changed, so there is no diff.
 seealso:
   - module: sglang_server_args
 """

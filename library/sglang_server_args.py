@@ -18,7 +18,7 @@ description:
     C(--dist-init-addr) from the group's host order and rank 0's address.
   - Runs on the controller or a host alike; never changes anything.
 version_added: "1.0.0"
-author: sglang-fleet maintainers
+author: sglang-fleet maintainers (@sglang-fleet)
 options:
   model:
     description: One served-model entry (see the sglang_service role README for its keys).
@@ -57,8 +57,10 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Read-only; runs the same in check mode.
   diff_mode:
     support: none
+    description: Nothing is changed, so there is no diff.
 seealso:
   - module: sglang_readiness
 """

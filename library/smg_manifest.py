@@ -13,7 +13,7 @@ description:
     ordinary idempotent file task.
   - Never changes anything.
 version_added: "1.0.0"
-author: sglang-fleet maintainers
+author: sglang-fleet maintainers (@sglang-fleet)
 options:
   workers:
     description:
@@ -53,8 +53,10 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Read-only; runs the same in check mode.
   diff_mode:
     support: none
+    description: Nothing is changed, so there is no diff.
 """
 
 EXAMPLES = r"""

@@ -11,11 +11,11 @@ description:
     every installed Python distribution with the sha256 of its C(RECORD), and the model unit file's
     sha256.
   - The result has the shape of a lock (C(playbooks/snapshot.yml) builds one from it with the
-    M(stack_lock) module; C(playbooks/verify.yml) compares it with one).
+    C(stack_lock) module; C(playbooks/verify.yml) compares it with one).
   - A host without a stack in use is an answer (C(stack.name) null), not a failure.
   - Read-only; never reports C(changed).
 version_added: "0.2.0"
-author: sglang-fleet developers
+author: sglang-fleet maintainers (@sglang-fleet)
 options:
   stack_root:
     description: Directory holding the stacks and the C(current) link.

@@ -15,7 +15,7 @@ description:
     O(wheel_store) or differ from the recorded sha256; with O(fail_on_missing) it fails naming them.
   - Never changes anything (the playbook writes the lock file).
 version_added: "0.2.0"
-author: sglang-fleet developers
+author: sglang-fleet maintainers (@sglang-fleet)
 options:
   action:
     description: What to do.

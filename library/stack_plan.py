@@ -19,7 +19,7 @@ description:
     the stack does not exist yet and the stack root has less than O(min_free_gb) free.
   - Never changes anything.
 version_added: "1.0.0"
-author: sglang-fleet maintainers
+author: sglang-fleet maintainers (@sglang-fleet)
 options:
   profile:
     description:
@@ -58,8 +58,10 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Read-only; runs the same in check mode.
   diff_mode:
     support: none
+    description: Nothing is changed, so there is no diff.
 notes:
   - Supports check mode; the result is the same.
 seealso:

@@ -12,7 +12,7 @@ description:
     O(protect). Other entries of the stack root (C(current), wheel directories) are never listed.
   - Never changes anything; the role removes what C(remove) names.
 version_added: "1.0.0"
-author: sglang-fleet maintainers
+author: sglang-fleet maintainers (@sglang-fleet)
 options:
   stack_root:
     description: Directory holding the stacks and the C(current) link.
@@ -30,8 +30,10 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Read-only; runs the same in check mode.
   diff_mode:
     support: none
+    description: Nothing is changed, so there is no diff.
 notes:
   - Supports check mode; the result is the same.
 seealso:

@@ -13,7 +13,7 @@ description:
     those from the lock's sources.
   - Never changes anything.
 version_added: "1.0.0"
-author: sglang-fleet maintainers
+author: sglang-fleet maintainers (@sglang-fleet)
 options:
   lock_files:
     description: Lock files on the host.
@@ -32,8 +32,10 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Read-only; runs the same in check mode.
   diff_mode:
     support: none
+    description: Nothing is changed, so there is no diff.
 notes:
   - Supports check mode; the result is the same.
 seealso:

@@ -12,7 +12,7 @@ description:
     C(skip) and a detail in words. A task that did not run (C(skipped)) becomes a C(skip) saying why.
   - Pure computation; runs anywhere (the playbook delegates it to the controller). Never C(changed).
 version_added: "0.2.0"
-author: sglang-fleet developers
+author: sglang-fleet maintainers (@sglang-fleet)
 options:
   gpu:
     description: Result of gpu_facts.

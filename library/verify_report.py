@@ -12,7 +12,7 @@ description:
     C(verify.md) and C(verify.json) (the newest report). Reports C(changed) when it wrote files.
   - Runs on the controller (delegate it to localhost); it never touches a managed host.
 version_added: "0.2.0"
-author: sglang-fleet developers
+author: sglang-fleet maintainers (@sglang-fleet)
 options:
   hosts:
     description: >-
