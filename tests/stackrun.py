@@ -20,6 +20,7 @@ import sglkernel
 import yaml
 from ansible_run import REPO_ROOT, PlayResult
 from cache import pip_download
+from kernelpkg import BUILD_REQUIREMENTS
 
 SITE = REPO_ROOT / "playbooks" / "site.yml"
 STABLE = REPO_ROOT / "profiles" / "stable.yml"
@@ -32,8 +33,9 @@ UNCACHED_WHEEL = "mpmath-"
 
 def fill_wheelhouse() -> Path:
     """uv, torch 2.14.1 and its dependencies, CPU torch 2.13.0 and its dependencies (several GB, once),
-    and the released sglang-kernel wheel (site.yml's sgl_kernel stage takes it in auto mode)."""
-    pip_download(STACK_WHEELS, deps=True)
+    the released sglang-kernel wheel (site.yml's sgl_kernel stage takes it in auto mode) and the kernel
+    role's build tools (its venv is made before the wheel is scanned)."""
+    pip_download([*STACK_WHEELS, *BUILD_REQUIREMENTS], deps=True)
     sglkernel.wheel()
     return pip_download([CPU_TORCH], deps=True)
 
