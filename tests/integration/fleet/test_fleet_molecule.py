@@ -95,7 +95,8 @@ def test_molecule_fleet_scenario(fleet_base):
         assert sorted(first) == ["mol-1", "mol-2", "mol-3"]
         assert all(changed > 3 and failed == 0 for changed, failed in first.values()), first
         # check mode on converged hosts: nothing to change, nothing failing
-        assert _recap(second_check) == {"mol-1": (0, 0), "mol-2": (0, 0), "mol-3": (0, 0)}
+        assert _recap(second_check) == {"mol-1": (0, 0), "mol-2": (0, 0), "mol-3": (0, 0)}, \
+            _changed_tasks(second_check)
         verified = re.search(r"=+ (\d+) passed", out)
         assert verified, "the testinfra verify step ran no test"
         # probe: 3 checks x 3 hosts + the cross-host rolling-order check; stack: 2 checks x 3 hosts
@@ -111,6 +112,17 @@ def test_molecule_fleet_scenario(fleet_base):
     finally:
         Fleet(name).down()
 
+
+
+def _changed_tasks(play_output: str) -> list[str]:
+    """The tasks that reported a change in a play's output (for a failure message)."""
+    task, found = None, []
+    for line in play_output.splitlines():
+        if line.startswith("TASK ["):
+            task = line
+        elif line.startswith("changed: ") and task not in found:
+            found.append(task)
+    return found
 
 
 def _recap(play_output: str) -> dict:
