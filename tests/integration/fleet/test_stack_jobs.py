@@ -1,6 +1,10 @@
 """The verify and snapshot jobs on the session stack (fleet_stack): a lock taken from a host shows no
 drift on it, a package changed by hand shows up as drift naming it, and verify in check mode changes
-nothing on any host."""
+nothing on any host.
+
+Named to sort after test_stack.py: the kernel and service tests point the session hosts' `current` at
+stand-in stacks of their own, and fleet_stack must be made (site.yml run) after them.
+"""
 
 from __future__ import annotations
 
