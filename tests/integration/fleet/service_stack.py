@@ -1,7 +1,8 @@
 """A stand-in for the ``fleet_stack`` fixture (issue 7) until that lands: on every fleet host, a uv-made
-venv at ``/opt/sglang/stacks/test-stack`` behind the ``current`` link, uv itself, an empty constraints
-file, and the stack's public facts (CONTRACT.md names) for the roles to read. It holds no torch 2.14.1:
-the sglang_service tests install the parse-only set (tests/sglang_parser.py) into it, through the role.
+venv at ``/opt/sglang-service-test/stacks/test-stack`` behind the ``current`` link, uv itself, an empty
+constraints file, and the stack's public facts (CONTRACT.md names) for the roles to read. It holds no
+torch 2.14.1: the sglang_service tests install the parse-only set (tests/sglang_parser.py) into it,
+through the role.
 
 At integration, switch to ``fleet_stack``: take its facts instead of ``stack_facts()`` and drop
 ``prepare_stack``; the role then installs into the real stack (which already has torch 2.14.1 and
@@ -20,7 +21,8 @@ UV = "uv==0.13.8"
 PY_SPY = "py-spy==0.4.3"  # the gate's stack dump of a hung server
 SMG_WHEELS = ["smg==1.13.0", "setproctitle==1.3.8", "grpcio==1.85.3", "grpcio-health-checking==1.85.1",
               "protobuf==7.36.2", "PyYAML==6.0.4", "typing_extensions==4.16.0"]
-STACK_ROOT = "/opt/sglang/stacks"
+# a root of its own: the session hosts' /opt/sglang/stacks belongs to fleet_stack (tests/stackrun.py)
+STACK_ROOT = "/opt/sglang-service-test/stacks"
 STACK = f"{STACK_ROOT}/test-stack"
 UV_VENV = "/opt/sglang-test/uv"
 UV_CONFIG = "/opt/sglang-test/uv.toml"

