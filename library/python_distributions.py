@@ -65,7 +65,10 @@ distributions:
       description: Content of C(INSTALLER) (C(uv), C(pip)), empty when absent.
       type: str
     record_sha256:
-      description: sha256 of the distribution's C(RECORD) file; null when it has none.
+      description:
+        - sha256 of the distribution's C(RECORD) file less the installer's bookkeeping lines (C(INSTALLER),
+          C(REQUESTED), C(direct_url.json), C(uv_cache.json)), so the same wheel installed another way
+          hashes the same; null when it has no C(RECORD).
       type: str
     direct_url:
       description: Content of C(direct_url.json) for URL or local-path installs, else null.

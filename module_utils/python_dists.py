@@ -1,7 +1,8 @@
 """Every Python distribution installed in an environment, asked of the environment's own interpreter.
 
 A snapshot of a working host records each distribution with its version and a hash of its RECORD (the
-list of installed files with their own hashes, written at install time); the verify job compares a
+list of installed files with their own hashes, written at install time, less the installer's own
+bookkeeping: INSTALLER, REQUESTED, direct_url.json, uv_cache.json); the verify job compares a
 host's current list against that record, so a package upgraded, added or removed by hand shows up as
 drift naming the package. Nothing is imported from the environment: ``importlib.metadata`` reads the
 ``*.dist-info`` directories (see python_probe for why it runs as a child process).
@@ -20,12 +21,18 @@ try:
     from importlib import metadata
 except ImportError:
     answer({"error": "importlib.metadata is missing: Python 3.8 or newer is needed"})
+# Installer bookkeeping, not the package's files: how it was installed (a file path, an index), when,
+# whether it was asked for by name. The same wheel installed another way must hash the same.
+BOOKKEEPING = ("INSTALLER", "REQUESTED", "direct_url.json", "uv_cache.json")
 found = {}
 for dist in metadata.distributions():
     name = dist.metadata["Name"]
     if not name:
         continue  # a dist-info without a name is debris of a broken uninstall
-    record = dist.read_text("RECORD") or ""
+    record = "".join(
+        line + "\n" for line in (dist.read_text("RECORD") or "").splitlines()
+        if not (".dist-info/" in line.split(",", 1)[0]
+                and line.split(",", 1)[0].rsplit("/", 1)[1] in BOOKKEEPING))
     entry = {
         "name": name,
         "version": dist.version,
