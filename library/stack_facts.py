@@ -61,7 +61,9 @@ facts:
   type: dict
   contains:
     stack:
-      description: C(root), C(name) and C(path) of the stack in use (null when none) and its C(fingerprint).
+      description:
+        - C(root), C(name) and C(path) of the stack in use (null when none), its C(fingerprint) and
+          C(python) (its interpreter's version).
       type: dict
     profile:
       description: Name of the profile the stack was built from.

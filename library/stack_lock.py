@@ -12,7 +12,8 @@ description:
   - O(action=build) returns a lock built from O(facts) (collected on a host) and the wheel store listing.
   - O(action=compare) validates O(lock) and returns the drift between it and O(facts).
   - O(action=check_wheels) validates O(lock) and lists the distributions whose wheels are missing from
-    O(wheel_store) or differ from the recorded sha256; with O(fail_on_missing) it fails naming them.
+    O(wheel_store) (the kernel's from O(kernel_store)) or differ from the recorded sha256; with
+    O(fail_on_missing) it fails naming them. It returns the controller path of every usable wheel.
   - Never changes anything (the playbook writes the lock file).
 version_added: "0.2.0"
 author: sglang-fleet maintainers (@sglang-fleet)
@@ -38,7 +39,15 @@ options:
   wheel_store:
     description:
       - Directory holding the cached wheels (the stack wheel cache). Its C(*.whl) files are hashed with
-        sha256. Required for O(action=build) and O(action=check_wheels).
+        sha256 (only those the facts or the lock name). Required for O(action=build) and
+        O(action=check_wheels).
+    type: path
+  kernel_store:
+    description:
+      - The sgl_kernel artifact store (C(sgl_kernel_artifact_dir), holding C(<build fingerprint>/<wheel>)).
+        When given, the kernel's wheel is looked up in C(<kernel_store>/<build fingerprint>/) only, never
+        in O(wheel_store): a source build has the released version number but other content.
+      - Used by O(action=build) and O(action=check_wheels).
     type: path
   fail_on_missing:
     description: With O(action=check_wheels), fail when any wheel is missing or differs.
@@ -91,6 +100,10 @@ drift:
     found:
       description: The value on the host.
       type: raw
+    scope:
+      description:
+        - C(stack) for what playbooks/reproduce.yml installs away, C(host) for the toolkit, driver and unit.
+      type: str
     message:
       description: The difference in words.
       type: str
@@ -103,7 +116,30 @@ requirements:
   description: Requirement lines with the locked hashes, for C(uv pip sync --require-hashes).
   returned: when action is check_wheels
   type: str
+wheels:
+  description: Every wheel of the lock present with its recorded sha256 (a distribution may have several).
+  returned: when action is check_wheels
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: Canonical distribution name.
+      type: str
+    version:
+      description: Its version.
+      type: str
+    file:
+      description: Wheel file name.
+      type: str
+    sha256:
+      description: The wheel's sha256, as the lock records it.
+      type: str
+    path:
+      description: Where the wheel is on the controller.
+      type: str
 """
+
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.stack_lock import (
@@ -111,9 +147,11 @@ from ansible.module_utils.stack_lock import (
     build_lock,
     drift,
     hashed_requirements,
-    missing_wheels,
     store_listing,
     validate_lock,
+    wanted_by_facts,
+    wanted_by_lock,
+    wheel_sources,
 )
 
 REQUIRED = {"build": ("name", "facts", "wheel_store"), "compare": ("lock", "facts"),
@@ -128,6 +166,7 @@ def main():
             "facts": {"type": "dict"},
             "lock": {"type": "dict"},
             "wheel_store": {"type": "path"},
+            "kernel_store": {"type": "path"},
             "fail_on_missing": {"type": "bool", "default": True},
         },
         required_if=[("action", action, list(names)) for action, names in REQUIRED.items()],
@@ -139,19 +178,40 @@ def main():
         module.fail_json(msg=f"stack_lock failed unexpectedly: {type(exc).__name__}: {exc}")
 
 
-def _store(module):
+def _listing(module, directory, wanted, what):
     try:
-        return store_listing(module.params["wheel_store"],
-                             lambda path: module.digest_from_file(path, "sha256"))
+        return store_listing(directory, lambda path: module.digest_from_file(path, "sha256"), wanted)
     except OSError as exc:
-        module.fail_json(msg=f"cannot read the wheel store {module.params['wheel_store']}: {exc.strerror}; "
-                             "point wheel_store at the stack wheel cache directory")
+        module.fail_json(msg=f"cannot read the {what} {directory}: {exc.strerror}; point {what} at the "
+                             + ("stack wheel cache directory" if what == "wheel_store" else
+                                "sgl_kernel artifact store (sgl_kernel_artifact_dir)"))
+
+
+def _kernel_dir(module, fingerprint):
+    """The artifact store's directory of one kernel build, or None when no kernel store or build is known."""
+    if not module.params["kernel_store"] or not fingerprint:
+        return None
+    return os.path.join(module.params["kernel_store"], fingerprint)
+
+
+def _kernel_listing(module, fingerprint, wanted):
+    """{file: sha256} of the kernel build's directory ({} when it is gone), None without a kernel store."""
+    directory = _kernel_dir(module, fingerprint)
+    if directory is None:
+        return None
+    if not os.path.isdir(directory):
+        return {}
+    return _listing(module, directory, wanted, "kernel_store")
 
 
 def run(module):
     params = module.params
     if params["action"] == "build":
-        lock = build_lock(params["name"], params["facts"], _store(module))
+        facts = params["facts"]
+        wanted = wanted_by_facts(facts)
+        kernel = _kernel_listing(module, (facts.get("sgl_kernel") or {}).get("build_fingerprint"), wanted)
+        store = _listing(module, params["wheel_store"], wanted, "wheel_store")
+        lock = build_lock(params["name"], facts, store, kernel)
         module.exit_json(changed=False, lock=lock)
     try:
         lock = validate_lock(params["lock"])
@@ -159,8 +219,15 @@ def run(module):
         module.fail_json(msg=str(exc))
     if params["action"] == "compare":
         module.exit_json(changed=False, drift=drift(lock, params["facts"]))
-    missing = missing_wheels(lock, _store(module))
-    result = {"changed": False, "missing": missing, "requirements": hashed_requirements(lock)}
+    wanted = wanted_by_lock(lock)
+    fingerprint = (lock.get("sgl_kernel") or {}).get("build_fingerprint")
+    usable, missing = wheel_sources(lock, _listing(module, params["wheel_store"], wanted, "wheel_store"),
+                                    _kernel_listing(module, fingerprint, wanted))
+    roots = {"wheel_cache": params["wheel_store"], "kernel_store": _kernel_dir(module, fingerprint)}
+    wheels = [{**{k: v for k, v in w.items() if k != "store"},
+               "path": os.path.join(roots[w["store"]], w["file"])} for w in usable]
+    result = {"changed": False, "missing": missing, "requirements": hashed_requirements(lock),
+              "wheels": wheels}
     if missing and params["fail_on_missing"]:
         module.fail_json(msg=f"lock {lock['name']}: {len(missing)} distribution(s) cannot be reinstalled, "
                              "nothing was changed: " + "; ".join(missing), **result)

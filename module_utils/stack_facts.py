@@ -84,7 +84,7 @@ def collect(stack_root, nvcc=None, unit_paths=(), nvidia_smi=None, timeout=120):
     gpu = gpu_facts(nvidia_smi)
     facts = {
         "stack": {"root": stack_root, "name": name, "path": directory,
-                  "fingerprint": manifest.get("fingerprint")},
+                  "fingerprint": manifest.get("fingerprint"), "python": None},
         "profile": manifest.get("profile_name"),
         "target_capabilities": manifest.get("targets") or [],
         "cuda": nvcc_version(nvcc),
@@ -110,6 +110,7 @@ def collect(stack_root, nvcc=None, unit_paths=(), nvidia_smi=None, timeout=120):
     except DistributionsError as exc:
         raise StackFactsError(f"stack {name}: {exc}") from None
     facts["distributions"] = listing["distributions"]
+    facts["stack"]["python"] = listing["python_version"]
     versions = {d["name"]: d["version"] for d in listing["distributions"]}
     for package in KERNEL_PACKAGES:
         if package in versions:

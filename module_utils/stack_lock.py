@@ -25,6 +25,7 @@ LOCK_KEYS = ("lock_version", "name", "captured_from", "captured_at", "profile", 
 # Scalar facts compared by drift(): (dotted path, what it is, in words).
 TRACKED = (
     ("stack.fingerprint", "stack fingerprint"),
+    ("stack.python", "stack Python version"),
     ("target_capabilities", "target capabilities"),
     ("cuda.toolkit_version", "CUDA toolkit version"),
     ("driver.version", "driver version"),
@@ -35,6 +36,10 @@ TRACKED = (
     ("sglang.version", "sglang version"),
     ("unit.sha256", "model unit file hash"),
 )
+
+# Drift outside the stack's environment: reproduce.yml cannot install it away (the cuda_toolchain,
+# nvidia_driver and sglang_service roles own these); every other tracked item is the stack's.
+HOST_ITEMS = ("cuda.toolkit_version", "driver.version", "unit.sha256")
 
 _WHEEL_RE = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(?:-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -70,20 +75,25 @@ def _get(data, dotted):
     return data
 
 
-def build_lock(name, facts, store):
+def build_lock(name, facts, store, kernel_store=None):
     """A lock from the facts snapshot.yml collected on one host and the wheel store's listing.
 
     ``facts`` holds the lock's sections (see LOCK_KEYS) plus ``distributions`` as python_dists returns
     them; each distribution gets the wheels of its name and version found in ``store`` (``{file:
     sha256}``); torch, sgl_kernel and sglang get the sha256 of their own wheels the same way.
+    ``kernel_store`` (``{file: sha256}`` of the sgl_kernel artifact store's directory for the kernel's
+    build fingerprint), when given, is the only source of the kernel's wheels: a source build carries
+    the released version number, so a released wheel of that version in ``store`` is another build.
     """
     index = wheel_index(store)
+    kernel = _kernel_package(facts) if kernel_store is not None else None
+    kernel_index = wheel_index(kernel_store)
     distributions = []
     for dist in sorted(facts.get("distributions") or [], key=lambda d: canonical_name(d["name"])):
         key = (canonical_name(dist["name"]), dist["version"])
         distributions.append({"name": key[0], "version": key[1],
                               "record_sha256": dist.get("record_sha256"),
-                              "wheels": index.get(key, [])})
+                              "wheels": (kernel_index if key[0] == kernel else index).get(key, [])})
     lock = {"lock_version": LOCK_VERSION, "name": name}
     for key in LOCK_KEYS[2:-1]:
         value = facts.get(key)
@@ -91,11 +101,20 @@ def build_lock(name, facts, store):
     for section in ("torch", "sgl_kernel", "sglang"):
         entry = lock.get(section)
         if isinstance(entry, dict) and entry.get("version"):
-            package = entry.get("package") or section
-            wheels = index.get((canonical_name(package), entry["version"]), [])
+            package = canonical_name(entry.get("package") or section)
+            wheels = (kernel_index if package == kernel else index).get((package, entry["version"]), [])
             entry["wheel_sha256"] = sorted(w["sha256"] for w in wheels)
     lock["distributions"] = distributions
     return lock
+
+
+def _kernel_package(lock):
+    """Canonical name of the kernel distribution whose wheel comes from the sgl_kernel artifact store
+    (the lock, or facts, record its package and build fingerprint), else None."""
+    entry = lock.get("sgl_kernel") or {}
+    if entry.get("package") and entry.get("build_fingerprint"):
+        return canonical_name(entry["package"])
+    return None
 
 
 def validate_lock(lock, where="lock"):
@@ -125,12 +144,14 @@ def validate_lock(lock, where="lock"):
 
 def drift(lock, current):
     """Differences between a lock and a host's current facts (same shape as a lock), as a list of
-    {"item", "locked", "found", "message"}: tracked facts first, then distributions by name."""
+    {"item", "locked", "found", "scope", "message"}: tracked facts first, then distributions by name.
+    ``scope`` is "stack" for what reproduce.yml installs away, "host" for the toolkit, driver and unit."""
     found = []
     for path, what in TRACKED:
         locked, now = _get(lock, path), _get(current, path)
         if locked != now:
             found.append({"item": path, "locked": locked, "found": now,
+                          "scope": "host" if path in HOST_ITEMS else "stack",
                           "message": f"{what} is {now!r}, the lock has {locked!r}"})
     locked_dists = {d["name"]: d for d in lock.get("distributions") or []}
     current_dists = {canonical_name(d["name"]): d for d in current.get("distributions") or []}
@@ -148,32 +169,49 @@ def drift(lock, current):
         else:
             continue
         found.append({"item": f"distribution {name}", "locked": was and was["version"],
-                      "found": now and now["version"], "message": message})
+                      "found": now and now["version"], "scope": "stack", "message": message})
     return found
 
 
-def missing_wheels(lock, store):
+def missing_wheels(lock, store, kernel_store=None):
     """Distributions of ``lock`` that cannot be reinstalled from ``store`` ({file: sha256}), as messages:
-    no wheel recorded, the wheel file gone, or present with another sha256."""
-    problems = []
+    no wheel recorded, the wheel file gone, or present with another sha256. ``kernel_store`` (the
+    artifact store's listing for the lock's kernel build), when given, is where the kernel's wheel must be."""
+    return wheel_sources(lock, store, kernel_store)[1]
+
+
+def wheel_sources(lock, store, kernel_store=None):
+    """(usable, problems) for reinstalling ``lock`` from the wheel cache ``store`` and, for the kernel,
+    the artifact store ``kernel_store`` (both {file: sha256}; see build_lock).
+
+    ``usable``: every wheel whose file is present with the recorded sha256, as {"name", "version",
+    "file", "sha256", "store": "wheel_cache" | "kernel_store"}; ``problems``: one message per
+    distribution that has none.
+    """
+    kernel = _kernel_package(lock) if kernel_store is not None else None
+    usable_all, problems = [], []
     for dist in lock["distributions"]:
         label = f"{dist['name']}=={dist['version']}"
+        in_kernel_store = dist["name"] == kernel
+        source, where = (kernel_store, "kernel artifact store") if in_kernel_store else (store, "wheel cache")
         wheels = dist.get("wheels") or []
         if not wheels:
-            problems.append(f"{label}: the lock records no wheel for it (it was not in the wheel cache "
+            problems.append(f"{label}: the lock records no wheel for it (it was not in the {where} "
                             "when the snapshot was taken)")
             continue
-        usable = [w for w in wheels if store.get(w["file"]) == w["sha256"]]
+        usable = [w for w in wheels if source.get(w["file"]) == w["sha256"]]
         if usable:
+            usable_all.extend({"name": dist["name"], "version": dist["version"], "file": w["file"],
+                               "sha256": w["sha256"],
+                               "store": "kernel_store" if in_kernel_store else "wheel_cache"} for w in usable)
             continue
-        present = [w["file"] for w in wheels if w["file"] in store]
+        present = [w["file"] for w in wheels if w["file"] in source]
         if present:
-            problems.append(f"{label}: {', '.join(present)} in the wheel cache has another sha256 than "
+            problems.append(f"{label}: {', '.join(present)} in the {where} has another sha256 than "
                             "the lock records")
         else:
-            problems.append(f"{label}: {', '.join(w['file'] for w in wheels)} is no longer in the wheel "
-                            "cache")
-    return problems
+            problems.append(f"{label}: {', '.join(w['file'] for w in wheels)} is no longer in the {where}")
+    return usable_all, problems
 
 
 def hashed_requirements(lock):
@@ -186,15 +224,29 @@ def hashed_requirements(lock):
     return "\n".join(lines) + "\n"
 
 
-def store_listing(directory, hash_file):
+def store_listing(directory, hash_file, wanted=None):
     """{wheel file name: sha256} of the wheels in ``directory``.
 
     ``hash_file(path)`` computes a sha256 (injected so the caller picks the reader; Ansible modules pass
-    AnsibleModule.digest_from_file). Only ``*.whl`` files directly in ``directory`` count.
+    AnsibleModule.digest_from_file). Only ``*.whl`` files directly in ``directory`` count, and of those
+    only the names ``wanted(name)`` accepts, when given (hashing a CUDA wheel cache takes seconds).
     """
     listing = {}
     for entry in sorted(os.listdir(directory)):
         path = os.path.join(directory, entry)
-        if entry.endswith(".whl") and os.path.isfile(path):
+        if entry.endswith(".whl") and os.path.isfile(path) and (wanted is None or wanted(entry)):
             listing[entry] = hash_file(path)
     return listing
+
+
+def wanted_by_facts(facts):
+    """A ``wanted`` filter for store_listing: the wheel files of a distribution (name and version)
+    that ``facts`` lists."""
+    keys = {(canonical_name(d["name"]), d["version"]) for d in facts.get("distributions") or []}
+    return lambda filename: parse_wheel_filename(filename) in keys
+
+
+def wanted_by_lock(lock):
+    """A ``wanted`` filter for store_listing: the wheel files ``lock`` records."""
+    files = {w["file"] for d in lock["distributions"] for w in d.get("wheels") or []}
+    return lambda filename: filename in files

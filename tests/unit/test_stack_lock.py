@@ -19,7 +19,10 @@ from ansible.module_utils.stack_lock import (
     parse_wheel_filename,
     store_listing,
     validate_lock,
+    wanted_by_facts,
+    wanted_by_lock,
     wheel_index,
+    wheel_sources,
 )
 
 SHA_A, SHA_B, SHA_C = "a" * 64, "b" * 64, "c" * 64
@@ -164,3 +167,73 @@ def test_probe_lists_this_interpreters_distributions():
     pytest_entry = next(d for d in facts["distributions"] if d["name"] == "pytest")
     assert pytest_entry["version"] == pytest.__version__
     assert len(pytest_entry["record_sha256"]) == 64
+
+
+KERNEL_FP = "wheel-" + "d" * 64
+KERNEL_BUILD = "sglang_kernel-0.4.10-cp310-abi3-linux_x86_64.whl"
+KERNEL_RELEASED = "sglang_kernel-0.4.10-cp310-abi3-manylinux2014_x86_64.whl"
+
+
+def kernel_facts():
+    facts = copy.deepcopy(FACTS)
+    facts["sgl_kernel"]["build_fingerprint"] = KERNEL_FP
+    facts["distributions"].append({"name": "sglang_kernel", "version": "0.4.10", "record_sha256": SHA_A})
+    return facts
+
+
+def test_build_lock_takes_the_kernel_from_its_artifact_store_only():
+    store = dict(STORE, **{KERNEL_RELEASED: SHA_B})  # the released wheel of that version: another build
+    lock = build_lock("prod", kernel_facts(), store, {KERNEL_BUILD: SHA_C})
+    kernel = next(d for d in lock["distributions"] if d["name"] == "sglang-kernel")
+    assert kernel["wheels"] == [{"file": KERNEL_BUILD, "sha256": SHA_C}]
+    assert lock["sgl_kernel"]["wheel_sha256"] == [SHA_C]
+    # without an artifact store, the wheel cache's file of that name and version is taken
+    plain = build_lock("prod", kernel_facts(), store)
+    assert next(d for d in plain["distributions"] if d["name"] == "sglang-kernel")["wheels"] == [
+        {"file": KERNEL_RELEASED, "sha256": SHA_B}]
+    # a kernel with no build fingerprint is not looked for in the artifact store
+    facts = kernel_facts()
+    facts["sgl_kernel"]["build_fingerprint"] = None
+    assert build_lock("prod", facts, store, {KERNEL_BUILD: SHA_C})["sgl_kernel"]["wheel_sha256"] == [SHA_B]
+
+
+def test_wheel_sources_names_the_store_of_each_wheel():
+    lock = build_lock("prod", kernel_facts(), STORE, {KERNEL_BUILD: SHA_C})
+    usable, problems = wheel_sources(lock, STORE, {KERNEL_BUILD: SHA_C})
+    assert problems == []
+    assert {(w["name"], w["file"], w["store"]) for w in usable} == {
+        ("six", "six-1.17.0-py2.py3-none-any.whl", "wheel_cache"),
+        ("torch", "torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl", "wheel_cache"),
+        ("torch", "torch-2.14.1-cp312-cp312-manylinux_2_28_x86_64.whl", "wheel_cache"),
+        ("sglang-kernel", KERNEL_BUILD, "kernel_store")}
+    # the kernel build's file in the wheel cache does not count: it must be in the artifact store
+    usable, problems = wheel_sources(lock, dict(STORE, **{KERNEL_BUILD: SHA_C}), {})
+    assert problems == [f"sglang-kernel==0.4.10: {KERNEL_BUILD} is no longer in the kernel artifact store"]
+    assert "sglang-kernel" not in {w["name"] for w in usable}
+    assert missing_wheels(lock, STORE, {KERNEL_BUILD: SHA_A}) == [
+        f"sglang-kernel==0.4.10: {KERNEL_BUILD} in the kernel artifact store has another sha256 than "
+        "the lock records"]
+
+
+def test_drift_scope_tells_the_stack_from_the_host(lock):
+    current = copy.deepcopy(FACTS)
+    current["driver"]["version"] = "580.95"
+    current["torch"]["version"] = "2.15.0"
+    current["stack"]["python"] = "3.11.2"
+    scopes = {d["item"]: d["scope"] for d in drift(lock, current)}
+    assert scopes == {"driver.version": "host", "torch.version": "stack", "stack.python": "stack"}
+
+
+def test_store_listing_hashes_only_the_wanted_wheels(tmp_path, lock):
+    for name in ("six-1.17.0-py2.py3-none-any.whl", "six-1.16.0-py2.py3-none-any.whl",
+                 "torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl"):
+        (tmp_path / name).write_bytes(name.encode())
+    hashed = []
+
+    def digest(path):
+        hashed.append(Path(path).name)
+        return SHA_A
+    wanted = ["six-1.17.0-py2.py3-none-any.whl", "torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl"]
+    assert sorted(store_listing(str(tmp_path), digest, wanted_by_facts(FACTS))) == wanted
+    assert sorted(hashed) == wanted
+    assert sorted(store_listing(str(tmp_path), digest, wanted_by_lock(lock))) == wanted
