@@ -1,6 +1,9 @@
-"""The verify and snapshot jobs on the session stack (fleet_stack): a lock taken from a host shows no
-drift on it, a package changed by hand shows up as drift naming it, and verify in check mode changes
-nothing on any host.
+"""The verify, snapshot and reproduce jobs on the session stack (fleet_stack): a lock taken from a host
+shows no drift on it, a package changed by hand shows up as drift naming it, and verify in check mode
+changes nothing on any host. reproduce.yml puts host 1's lock onto host 3 (whose stack has other targets,
+so another fingerprint: a whole stack to install), after which verify shows no drift on either; a lock
+whose wheel is gone fails before any host changes, naming it; check mode and a second run change nothing;
+a package changed by hand on host 3 is named as drift and reproduce puts it back.
 
 Named to sort after test_stack.py: the kernel and service tests point the session hosts' `current` at
 stand-in stacks of their own, and fleet_stack must be made (site.yml run) after them.
@@ -9,6 +12,7 @@ stand-in stacks of their own, and fleet_stack must be made (site.yml run) after 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import yaml
@@ -19,6 +23,7 @@ pytestmark = pytest.mark.integration
 
 SNAPSHOT = REPO_ROOT / "playbooks" / "snapshot.yml"
 VERIFY = REPO_ROOT / "playbooks" / "verify.yml"
+REPRODUCE = REPO_ROOT / "playbooks" / "reproduce.yml"
 # A version of a small torch dependency that the stack does not hold: the "change by hand"
 OTHER_FILELOCK = "filelock==3.20.0"
 
@@ -101,3 +106,134 @@ def test_verify_in_check_mode_changes_nothing_on_the_hosts(fleet, fleet_stack, t
                 "-not -path '/root/.ansible*' -not -path '/root/.cache*' -print")
         newer = fleet.ssh(host, find).stdout.split()
         assert newer == [], f"{host}: verify --check changed {newer}"
+
+
+# ---- reproduce.yml: host 1's lock onto host 3 ----
+
+def reproduce(fleet_stack, lock_file, hosts, **kwargs):
+    return fleet_stack.run(playbook=REPRODUCE, reproduce_lock=str(lock_file), reproduce_hosts=",".join(hosts),
+                           **kwargs)
+
+
+def mark(fleet, hosts, marker="/run/reproduce-marker"):
+    for host in hosts:
+        fleet.ssh(host, f"touch {marker}; sleep 1")
+    return marker
+
+
+def newer_than(fleet, host, marker):
+    """Paths a play may have written on the host since ``marker`` (its own ssh and ansible dirs aside)."""
+    find = (f"find /opt/sglang /etc /var/cache/sglang /var/tmp /root -xdev -newer {marker} "
+            "-not -path '/root/.ansible*' -not -path '/root/.cache*' -print 2>/dev/null || true")
+    return fleet.ssh(host, find).stdout.split()
+
+
+def changed_tasks(result, host):
+    return [r["task"] for r in result.results.get(host, []) if r.get("changed")]
+
+
+def test_a_lock_whose_wheel_is_gone_fails_before_any_host_changes(fleet, fleet_stack, lock, tmp_path):
+    _host, path = lock
+    data = yaml.safe_load(path.read_text())
+    filelock = next(d for d in data["distributions"] if d["name"] == "filelock")
+    gone = f"filelock-{filelock['version']}.post999-py3-none-any.whl"
+    filelock["wheels"] = [dict(filelock["wheels"][0], file=gone)]
+    bad = tmp_path / "gone.lock.yml"
+    bad.write_text(yaml.safe_dump(data, sort_keys=False))
+    hosts = fleet_stack.hosts[1:]
+    before = {h: (fleet_stack.current(h), fleet_stack.stacks(h)) for h in hosts}
+    marker = mark(fleet, hosts)
+    result = reproduce(fleet_stack, bad, hosts)
+    assert result.rc != 0
+    assert f"filelock=={filelock['version']}: {gone} is no longer in the wheel cache" in result.stdout
+    for host in hosts:
+        assert (fleet_stack.current(host), fleet_stack.stacks(host)) == before[host]
+        assert newer_than(fleet, host, marker) == [], host
+        assert changed_tasks(result, host) == []
+
+
+def test_reproduce_in_check_mode_changes_nothing(fleet, fleet_stack, lock):
+    _host, path = lock
+    host = fleet_stack.hosts[2]
+    before = (fleet_stack.current(host), fleet_stack.stacks(host))
+    marker = mark(fleet, [host])
+    result = reproduce(fleet_stack, path, [host], check=True)
+    assert result.rc == 0, result.stdout[-4000:]
+    # it says what it would do, and does nothing
+    assert changed_tasks(result, host) == ["Say what a real run would do"]
+    assert (fleet_stack.current(host), fleet_stack.stacks(host)) == before
+    assert newer_than(fleet, host, marker) == []
+
+
+@pytest.fixture(scope="module")
+def reproduced(fleet, fleet_stack, lock):
+    """reproduce.yml of host 1's lock onto host 3, timed; afterwards host 3 is put back on its own stack
+    and the reproduced one (a CUDA torch stack, ~6 GB) removed."""
+    source, path = lock
+    host = fleet_stack.hosts[2]
+    locked = yaml.safe_load(path.read_text())["stack"]["name"]
+    own = fleet_stack.stack_names[host]
+    assert locked != own, "host 3 must start on another stack than the lock's"
+    started = time.monotonic()
+    first = reproduce(fleet_stack, path, [host])
+    seconds = time.monotonic() - started
+    try:
+        assert first.rc == 0, first.stdout[-6000:]
+        yield {"host": host, "source": source, "path": path, "stack": locked, "own": own, "first": first,
+               "seconds": seconds}
+    finally:
+        fleet.ssh(host, f"ln -sfn {own} {fleet_stack.root}/current.restore && "
+                        f"mv -T {fleet_stack.root}/current.restore {fleet_stack.root}/current && "
+                        f"rm -rf {fleet_stack.root}/{locked}")
+
+
+def test_reproduce_installs_the_locks_stack_beside_the_old_one(fleet_stack, reproduced):
+    host = reproduced["host"]
+    print(f"reproduce.yml onto {host}: {reproduced['seconds']:.1f} s")
+    assert fleet_stack.current(host) == reproduced["stack"]
+    assert set(fleet_stack.stacks(host)) >= {reproduced["stack"], reproduced["own"]}
+    changed = changed_tasks(reproduced["first"], host)
+    assert "Install exactly the lock, every wheel checked against its hash" in changed
+    assert "Point current at the stack" in changed
+    # nothing left in the staging directory
+    assert fleet_stack.fleet.ssh(host, "test -e /var/tmp/sglang-reproduce", check=False).returncode != 0
+
+
+def test_after_reproduce_verify_shows_no_drift_on_either_host(fleet_stack, reproduced, tmp_path):
+    hosts = [reproduced["source"], reproduced["host"]]
+    _result, checks = verify(fleet_stack, tmp_path, reproduced["path"], limit=",".join(hosts))
+    for host in hosts:
+        assert checks[host]["drift"]["status"] == "ok", (host, checks[host]["drift"])
+
+
+def test_a_second_reproduce_changes_nothing(fleet_stack, reproduced):
+    host = reproduced["host"]
+    result = reproduce(fleet_stack, reproduced["path"], [host])
+    assert result.rc == 0, result.stdout[-4000:]
+    assert result.stats["changed"].get(host, 0) == 0, changed_tasks(result, host)
+
+
+def test_a_hand_change_on_the_reproduced_host_is_drift_and_reproduce_puts_it_back(fleet, fleet_stack,
+                                                                                  reproduced, tmp_path):
+    host = reproduced["host"]
+    locked = next(d["version"] for d in yaml.safe_load(reproduced["path"].read_text())["distributions"]
+                  if d["name"] == "filelock")
+    pip_download([OTHER_FILELOCK])
+    fleet.ssh(host, f"/opt/sglang/tools/uv-0.13.8/bin/uv pip install --python "
+                    f"{fleet_stack.root}/current/bin/python --no-index --find-links {fleet.wheelhouse_url} "
+                    f"{OTHER_FILELOCK}")
+    _result, checks = verify(fleet_stack, tmp_path, reproduced["path"], limit=host)
+    drift = checks[host]["drift"]
+    assert drift["status"] == "fail"
+    assert drift["detail"] == f"filelock is {OTHER_FILELOCK.split('==')[1]}, the lock has {locked}"
+    result = reproduce(fleet_stack, reproduced["path"], [host])
+    assert result.rc == 0, result.stdout[-4000:]
+    assert fleet_stack.current(host) == reproduced["stack"]
+    _result, checks = verify(fleet_stack, tmp_path, reproduced["path"], limit=host)
+    assert checks[host]["drift"]["status"] == "ok", checks[host]["drift"]
+
+
+def test_reproduce_without_a_lock_says_what_to_give(fleet_stack):
+    result = fleet_stack.run(playbook=REPRODUCE, reproduce_hosts=fleet_stack.hosts[2])
+    assert result.rc != 0
+    assert "give the lock to reproduce: -e reproduce_lock=locks/NAME.lock.yml" in result.stdout
