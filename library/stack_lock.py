@@ -46,7 +46,7 @@ options:
     description:
       - The sgl_kernel artifact store (C(sgl_kernel_artifact_dir), holding C(<build fingerprint>/<wheel>)).
         When given, the kernel's wheel is looked up in C(<kernel_store>/<build fingerprint>/) only, never
-        in O(wheel_store): a source build has the released version number but other content.
+        in O(wheel_store), since a source build has the released version number but other content.
       - Used by O(action=build) and O(action=check_wheels).
     type: path
   fail_on_missing:
