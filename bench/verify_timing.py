@@ -3,9 +3,9 @@
     sudo .venv/bin/python bench/verify_timing.py [--sizes 6 12 24] [--forks 20]
 
 Boots a fleet of its own (``vbench<pid>``, as many hosts as the largest size) and gives every host a real
-but light stack, so verify has something to check: a venv under /opt/sglang/stacks/light-<12 hex> with
-three small distributions from the served wheelhouse (no torch: a CUDA torch stack is ~6 GB a host),
-its stack.json, sealed, with `current` pointing at it. snapshot.yml takes a lock from the first host;
+but light stack, so verify has something to check: a uv venv under /opt/sglang/stacks/light-<12 hex>
+with three small distributions from the served wheelhouse (no torch: a CUDA torch stack is ~6 GB a
+host), its stack.json, sealed, with `current` pointing at it. snapshot.yml takes a lock from the first host;
 then verify.yml runs with that lock on the first 6, 12 and 24 hosts (every check: GPU, driver, CUDA
 toolkit, torch, kernel, the environment scan of the stack, drift from the lock, the report), and the
 wall time of each run is printed with the forks used, seconds per host, and the ratios: time ratio
@@ -33,20 +33,32 @@ from fleet.base import ensure_base
 VERIFY = REPO_ROOT / "playbooks" / "verify.yml"
 SNAPSHOT = REPO_ROOT / "playbooks" / "snapshot.yml"
 LIGHT_WHEELS = ["filelock==4.3.1", "tqdm==4.70.1", "packaging==26.4"]
+UV = "uv==0.13.8"
 LIGHT_STACK = "light-0123456789ab"
 
-# A real but light stack on every host: the stack role's layout (venv, stack.json, .sealed, current),
-# three small wheels from the served wheelhouse instead of torch.
+# A real but light stack on every host, made the stack role's way (the pinned uv in stack_tools_dir, a uv
+# venv, stack.json, .sealed, current) with three small wheels from the served wheelhouse instead of torch.
 LIGHT_PLAY = [{
     "name": "A light stack on every host",
     "hosts": "all",
     "gather_facts": False,
-    "vars": {"stack_dir": f"/opt/sglang/stacks/{LIGHT_STACK}"},
+    "vars": {"stack_dir": f"/opt/sglang/stacks/{LIGHT_STACK}", "uv": "/opt/sglang/tools/uv-0.13.8/bin/uv",
+             "uv_env": {"UV_CACHE_DIR": "/var/cache/sglang/uv", "UV_PYTHON_DOWNLOADS": "never",
+                        "UV_NO_CONFIG": "1"}},
     "tasks": [
-        {"name": "Create the stack's venv with three small distributions",
-         "ansible.builtin.pip": {"name": LIGHT_WHEELS, "virtualenv": "{{ stack_dir }}",
+        {"name": "Install uv",
+         "ansible.builtin.pip": {"name": "uv==0.13.8", "virtualenv": "/opt/sglang/tools/uv-0.13.8",
                                  "virtualenv_command": "python3 -m venv",
                                  "extra_args": "{{ fleet_wheelhouse_pip_args }}"}},
+        {"name": "Create the stack's venv",
+         "ansible.builtin.command": {"argv": ["{{ uv }}", "venv", "--python", "python3.11",
+                                              "{{ stack_dir }}"], "creates": "{{ stack_dir }}/bin/python"},
+         "environment": "{{ uv_env }}"},
+        {"name": "Install three small distributions",
+         "ansible.builtin.command": {"argv": ["{{ uv }}", "pip", "install", "--python",
+                                              "{{ stack_dir }}/bin/python", "--no-index", "--find-links",
+                                              "{{ fleet_wheelhouse_url }}", *LIGHT_WHEELS]},
+         "environment": "{{ uv_env }}", "changed_when": True},
         {"name": "Write the stack manifest",
          "ansible.builtin.copy": {
              "dest": "{{ stack_dir }}/stack.json", "mode": "0644",
@@ -80,7 +92,7 @@ def main() -> int:
     parser.add_argument("--forks", type=int, default=20, help="ansible forks (ansible.cfg has 20)")
     args = parser.parse_args()
     sizes = sorted(args.sizes)
-    pip_download(LIGHT_WHEELS)
+    pip_download([*LIGHT_WHEELS, UV])
     ensure_base()
     fleet = Fleet(f"vbench{os.getpid() % 10**6}")
     work = Path(tempfile.mkdtemp(prefix="verify-bench-"))
