@@ -2,7 +2,7 @@
 
     sudo .venv/bin/python bench/verify_timing.py [--sizes 6 12 24] [--forks 20]
 
-Boots a fleet of its own (``vbench<pid>``, as many hosts as the largest size) and gives every host a real
+Boots a fleet of its own (``vb<pid>``, as many hosts as the largest size) and gives every host a real
 but light stack, so verify has something to check: a uv venv under /opt/sglang/stacks/light-<12 hex>
 with three small distributions from the served wheelhouse (no torch: a CUDA torch stack is ~6 GB a
 host), its stack.json, sealed, with `current` pointing at it. snapshot.yml takes a lock from the first host;
@@ -94,7 +94,7 @@ def main() -> int:
     sizes = sorted(args.sizes)
     pip_download([*LIGHT_WHEELS, UV])
     ensure_base()
-    fleet = Fleet(f"vbench{os.getpid() % 10**6}")
+    fleet = Fleet(f"vb{os.getpid() % 10**6}")
     work = Path(tempfile.mkdtemp(prefix="verify-bench-"))
     try:
         started = time.monotonic()
