@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import copy
 import os
+import shutil
 import time
 
 import pytest
 from ansible_run import REPO_ROOT, PlayResult, run_playbook
 from fleet import Fleet
 from fleet_present import present
-from jobs_fleet import ClientLoop, JobsFleet, kernel_source, prepare_wheels
+from jobs_fleet import ClientLoop, JobsFleet, kernel_source, prepare_wheels, seed_uv_cache
 from sglang_parser import PARSER_DEPENDENCIES
 from stackrun import profile_file
 
@@ -35,14 +36,18 @@ SUMMARY = "Collect the rollout's records"
 def jobs(fleet_base, tmp_path_factory):
     """4 hosts of this module's own (the session fleet has 3 and is shared), torn down at its end."""
     fleet = Fleet(f"rr{os.getpid() % 10**7}")
-    recorded = None
+    recorded = seeded = None
     try:
         fleet.up(4, owner_pid=os.getpid())
         recorded = copy.deepcopy(fleet.state.data)
         workdir = tmp_path_factory.mktemp("jobs")
-        yield JobsFleet(fleet, workdir, prepare_wheels(fleet), kernel_source(fleet, workdir))
+        wheels = prepare_wheels(fleet)
+        seeded = seed_uv_cache(fleet, workdir)
+        yield JobsFleet(fleet, workdir, wheels, kernel_source(fleet, workdir))
     finally:
         fleet.down()
+        if seeded is not None:
+            shutil.rmtree(seeded, ignore_errors=True)
     assert present(recorded) == [], "the jobs fleet's down left these behind"
 
 
