@@ -125,8 +125,9 @@ def seed_uv_cache(fleet, workdir: Path) -> Path:
         root = Path(host["dir"]) / "upper" / SEEDED_UV_CACHE.lstrip("/")
         for source in sorted(cache.rglob("*")):
             dest = root / source.relative_to(cache)
+            dest.parent.mkdir(parents=True, exist_ok=True)
             if source.is_dir() and not source.is_symlink():
-                dest.mkdir(parents=True, exist_ok=True)
+                dest.mkdir(exist_ok=True)
             elif source.is_symlink():
                 dest.symlink_to(os.readlink(source))
             elif source.name.endswith(".lock") or source.name == "CACHEDIR.TAG":
