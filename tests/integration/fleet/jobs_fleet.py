@@ -273,7 +273,9 @@ class ClientLoop(threading.Thread):
 
     def run(self) -> None:
         deadline = time.monotonic() + self.limit
-        body = json.dumps({"model": "stand-in", "messages": [{"role": "user", "content": "hi"}]}).encode()
+        # the stand-in serves its --model-path as the model name
+        body = json.dumps({"model": "/models/stand-in",
+                           "messages": [{"role": "user", "content": "hi"}]}).encode()
         while not self.stopping.is_set() and time.monotonic() < deadline:
             request = urllib.request.Request(self.url, data=body,
                                              headers={"Content-Type": "application/json"})

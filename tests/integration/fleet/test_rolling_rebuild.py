@@ -116,6 +116,10 @@ def first_rollout(jobs, provisioned):
           f"{client.total} ({client.ok} ok, {len(client.failures)} failed; "
           f"per worker {dict(client.workers)}); "
           f"disk per host (MiB): {jobs.disk_mib()}")
+    if result.task_runs(SUMMARY):
+        for record in summary(result).values():
+            print(f"  {record['host']}: {record['result']}, host {record['seconds'] or 0:.1f} s, "
+                  f"out of rotation {record['out_of_rotation_seconds'] or 0:.1f} s")
     return {"check": check, "before": before, "after_check": after_check, "result": result, "client": client}
 
 
