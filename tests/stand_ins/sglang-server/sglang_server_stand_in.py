@@ -15,6 +15,9 @@ zero GPU use, health never 200). ``crash``: a traceback and exit 1 during load. 
 SIGTERM starts a drain that never ends (what TimeoutStopSec must bound).
 Test controls (loopback or not, it is a stand-in): POST /stand_in/unhealthy, /stand_in/healthy;
 GET /stand_in/stats (requests served).
+With ``--enable-metrics`` (as SGLang 0.5.23) it serves /metrics in Prometheus text with SGLang's gauges
+``sglang:num_running_reqs`` (here: requests in flight) and ``sglang:num_queue_reqs`` (always 0), the
+signal a rolling rebuild waits on before it restarts a drained server.
 """
 
 import json
@@ -59,6 +62,14 @@ def make_handler(args):
             self.end_headers()
             self.wfile.write(data)
 
+        def _send_text(self, code, text):
+            data = text.encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
         def _up(self):
             return State.ready and not State.draining
 
@@ -78,6 +89,15 @@ def make_handler(args):
             if path == "/v1/models":
                 return self._send(200, {"object": "list", "data": [{"id": model, "object": "model",
                                                                     "owned_by": "sglang-stand-in"}]})
+            if path == "/metrics" and args.stand_in_metrics:
+                labels = f'model_name="{model}",engine_type="unified"'
+                return self._send_text(200, (
+                    "# HELP sglang:num_running_reqs The number of running requests.\n"
+                    "# TYPE sglang:num_running_reqs gauge\n"
+                    f"sglang:num_running_reqs{{{labels}}} {float(State.in_flight)}\n"
+                    "# HELP sglang:num_queue_reqs The number of requests in the waiting queue.\n"
+                    "# TYPE sglang:num_queue_reqs gauge\n"
+                    f"sglang:num_queue_reqs{{{labels}}} 0.0\n"))
             if path == "/stand_in/stats":
                 return self._send(200, {"served": State.served, "worker": worker})
             log(f"GET {path}: 404")
@@ -126,6 +146,7 @@ def main(argv):
     from sglang.srt.server_args import prepare_server_args  # noqa: PLC0415
 
     args = prepare_server_args(argv)
+    args.stand_in_metrics = "--enable-metrics" in argv
     mode = os.environ.get("SGLANG_STAND_IN_MODE", "normal")
     delay = float(os.environ.get("SGLANG_STAND_IN_DELAY", "30" if mode == "slow-start" else "1"))
     log(f"STAND-IN sglang server (not SGLang): arguments parsed by the real sglang parser; mode={mode}")
