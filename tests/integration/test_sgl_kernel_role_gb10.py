@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -23,7 +22,7 @@ from ansible.module_utils.sgl_kernel_probe import check_sgl_kernel
 from ansible_run import run_playbook
 from cache import cache_dir, pip_download
 from cuobjdump import as_cuobjdump_lists, cuobjdump_listing
-from kernelpkg import BUILD_REQUIREMENTS, build_env, make_archive, make_source, purelib, write_mirror
+from kernelpkg import BUILD_REQUIREMENTS, build_env, purelib, served_source, stack_venv
 from prereq import require
 from sglkernel import wheel as released_wheel
 from torchenv import torch_python
@@ -39,21 +38,8 @@ GB10_GENCODE = "-gencode=arch=compute_120f,code=sm_120f"
 
 @pytest.fixture
 def served(tmp_path):
-    """The source archive and the FetchContent mirror, served over http from this machine."""
-    root = tmp_path / "serve"
-    checkout = tmp_path / "checkout"
-    make_source(checkout, "new")
-    sha256 = make_archive(checkout, root / "src" / "sglang-kernel-test.tar.gz")
-    write_mirror(root / "gh")
-    server = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory",
-                               str(root)], stdout=subprocess.PIPE, text=True)
-    try:
-        port = re.search(r"port (\d+)", server.stdout.readline()).group(1)
-        base = f"http://127.0.0.1:{port}"
-        yield {"url": f"{base}/src/sglang-kernel-test.tar.gz", "sha256": sha256, "mirror": f"{base}/gh"}
-    finally:
-        server.terminate()
-        server.wait()
+    with served_source(tmp_path / "source") as source:
+        yield source
 
 
 def nvcc_lines(log):
@@ -68,9 +54,7 @@ def test_gb10_auto_builds_narrowed_to_12_1_and_a_rebuild_hits_the_compiler_cache
     released_wheel()  # the real 0.4.10 wheel, in the same wheelhouse
     # the stack: a venv that sees torch 2.14.1; the build interpreter: the pinned tools, seeing the same torch
     stack = tmp_path / "stack"
-    subprocess.run([sys.executable, "-m", "venv", str(stack)], check=True)
-    with open(f"{purelib(stack / 'bin/python')}/_torch.pth", "w") as handle:
-        handle.write(f"import site; site.addsitedir({purelib(torch)!r})\n")
+    stack_venv(stack, torch)
     build_python = build_env(cache_dir("sgl-kernel-test-buildenv", f"torch-{TORCH}"), torch)
     work, store, compiler_cache = tmp_path / "work", tmp_path / "store", tmp_path / "compiler-cache"
     play = [{"hosts": "localhost", "gather_facts": True,
