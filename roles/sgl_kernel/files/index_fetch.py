@@ -36,7 +36,8 @@ def main():
     matches = [link for link in links
                if urllib.parse.unquote(urllib.parse.urlsplit(link).path).rsplit("/", 1)[-1] == filename]
     if not matches:
-        fail(f"{page_url} lists no {filename} (it lists {len(links)} files): was the upload removed from the index?")
+        fail(f"{page_url} lists no {filename} (it lists {len(links)} files): was it removed from the index? "
+             "Remove the fingerprint's artifact.json from the artifact store to build and upload it again")
     url = urllib.parse.urldefrag(matches[0])[0]
     partial = dest + ".part"
     digest = hashlib.sha256()
