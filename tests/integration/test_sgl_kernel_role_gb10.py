@@ -4,6 +4,7 @@ compiled with the machine's real nvcc 13.0:
 - ``auto`` scans the real sglang-kernel 0.4.10 wheel (its torch pin is the stack's torch 2.14.1, so
   only the missing 12.1 code sends it to source), builds tests/kernel_pkg narrowed to 12.1, scans the
   produced .so files and records arches that cover 12.1, in the one variant the loader picks for 12.1;
+- an old ``sgl-kernel`` distribution in the stack is removed;
 - a rebuild of the same sources from a fresh staging area hits the compiler cache (sccache's own
   counters, printed by the role).
 """
@@ -33,6 +34,7 @@ DECISION = "Scan the released wheel for the targets and this torch"
 SCAN_BUILT = "Scan the built wheel (the arches actually compiled must cover every target)"
 BUILD = "Start the build under its memory limit"
 COUNTS = "Count the compiler cache's hits and misses"
+REMOVE_STALE = "Remove stale kernel packages (old sgl-kernel, another build of sglang-kernel)"
 GB10_GENCODE = "-gencode=arch=compute_120f,code=sm_120f"
 
 
@@ -40,6 +42,20 @@ GB10_GENCODE = "-gencode=arch=compute_120f,code=sm_120f"
 def served(tmp_path):
     with served_source(tmp_path / "source") as source:
         yield source
+
+
+def old_sgl_kernel(site: Path) -> list[Path]:
+    """An old ``sgl-kernel`` 0.3.21 distribution (as pip records one) in ``site``; its files."""
+    info = site / "sgl_kernel-0.3.21.dist-info"
+    info.mkdir()
+    (site / "sgl_kernel").mkdir()
+    module = site / "sgl_kernel" / "old_sgl_kernel_only.py"
+    module.write_text("# from sgl-kernel 0.3.21\n")
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sgl-kernel\nVersion: 0.3.21\n")
+    (info / "INSTALLER").write_text("pip\n")
+    (info / "RECORD").write_text("sgl_kernel/old_sgl_kernel_only.py,,\n" + "".join(
+        f"sgl_kernel-0.3.21.dist-info/{name},,\n" for name in ("METADATA", "INSTALLER", "RECORD")))
+    return [module, info]
 
 
 def nvcc_lines(log):
@@ -55,6 +71,7 @@ def test_gb10_auto_builds_narrowed_to_12_1_and_a_rebuild_hits_the_compiler_cache
     # the stack: a venv that sees torch 2.14.1; the build interpreter: the pinned tools, seeing the same torch
     stack = tmp_path / "stack"
     stack_venv(stack, torch)
+    old_files = old_sgl_kernel(Path(purelib(stack / "bin/python")))
     build_python = build_env(cache_dir("sgl-kernel-test-buildenv", f"torch-{TORCH}"), torch)
     work, store, compiler_cache = tmp_path / "work", tmp_path / "store", tmp_path / "compiler-cache"
     play = [{"hosts": "localhost", "gather_facts": True,
@@ -115,6 +132,9 @@ def test_gb10_auto_builds_narrowed_to_12_1_and_a_rebuild_hits_the_compiler_cache
     assert installed["selected_covers"] is True
     assert result.task("localhost", "Publish the selected variant")["ansible_facts"][
         "sgl_kernel_selected_variant"] == "sm100"
+    # the old sgl-kernel distribution that was next to it is gone, files and metadata
+    assert not any(path.exists() for path in old_files)
+    assert result.task("localhost", REMOVE_STALE)["cmd"][-1:] == ["sgl-kernel"]
     first_counts = result.task("localhost", COUNTS)["ansible_facts"]["__sgl_kernel_cache_counts"]
     assert first_counts["hits"] == 0, first_counts
     assert first_counts["misses"] > 0, first_counts
