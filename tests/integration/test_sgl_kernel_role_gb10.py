@@ -153,3 +153,4 @@ def test_gb10_auto_builds_narrowed_to_12_1_and_a_rebuild_hits_the_compiler_cache
     assert counts["misses"] == 0, counts
     report = again.task("localhost", "Report the build")["msg"]
     assert f"compiler cache: sccache {counts['hits']} hits, 0 misses ({compiler_cache})" in report
+    shutil.rmtree(work / "download")  # the 1.5 GB released wheel (pytest keeps tmp dirs)
