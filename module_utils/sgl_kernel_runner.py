@@ -8,8 +8,11 @@ The limit, in order of preference, each one read back before it is trusted:
 - ``cgroup-v1``: a child of a writable v1 memory hierarchy, ``memory.limit_in_bytes`` written and read
   back (hybrid hosts where root owns the v1 controller).
 - ``watchdog``: no cgroup can be enforced (a container host): the build runs in a session of its own and
-  a watchdog sums the RSS of every process of that session twice a second and kills the session at the
-  budget. It cannot stop a spike shorter than its period; a cgroup can.
+  a watchdog sums the RSS of the build's processes twice a second and kills them at the budget: every
+  process of that session, and every process carrying the build's marker variable (``BUILD_MARKER``) in
+  its environment. The marker matters for sccache: its server daemonizes into a session of its own and
+  runs the compilers there, with the client's environment. It cannot stop a spike shorter than its
+  period; a cgroup can.
 
 The status file (JSON) says: mechanism, limit, pid, start, end, return code, whether the limit or the
 timeout killed the build, and the peak memory seen. ``progress`` reads the build's last ``[n/m]`` line.
@@ -31,6 +34,7 @@ WATCHDOG_PERIOD = 0.5
 V1_ROOT = "/sys/fs/cgroup/memory"
 V2_ROOT = "/sys/fs/cgroup"
 _PROGRESS = re.compile(rb"\[(\d+)/(\d+)\]")
+BUILD_MARKER = "SGL_KERNEL_BUILD_MARKER"
 
 
 class LimitError(Exception):
@@ -115,9 +119,19 @@ def setup_cgroup_v1(name, limit_bytes):
     return path, f"v1 memory.limit_in_bytes reads back {value}"
 
 
-def session_rss(session_id):
-    """Sum of resident memory (bytes) of every process in ``session_id``."""
-    total = 0
+def _marked(pid, marker):
+    """Whether process ``pid`` has ``BUILD_MARKER=marker`` in its environment."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            environ = handle.read()
+    except OSError:
+        return False
+    return f"{BUILD_MARKER}={marker}".encode() in environ.split(b"\0")
+
+
+def build_processes(session_id, marker=None):
+    """{pid: resident bytes} of every process in ``session_id`` or, with ``marker``, marked with it."""
+    found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -125,14 +139,23 @@ def session_rss(session_id):
         if not stat:
             continue
         fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 22 and fields[3] == str(session_id):
-            total += int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
-    return total
+        if len(fields) > 22 and (fields[3] == str(session_id) or (marker and _marked(entry, marker))):
+            found[int(entry)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+    return found
 
 
-def _kill_session(pid):
+def session_rss(session_id, marker=None):
+    """Sum of resident memory (bytes) of the build's processes (see ``build_processes``)."""
+    return sum(build_processes(session_id, marker).values())
+
+
+def _kill_session(pid, marker=None):
     with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGKILL)
+    if marker:
+        for other in build_processes(pid, marker):
+            with contextlib.suppress(OSError):
+                os.kill(other, signal.SIGKILL)
 
 
 def run_limited(argv, *, log_path, status_path, limit_bytes, timeout, env=None, cwd=None, name="build",
@@ -170,6 +193,8 @@ def run_limited(argv, *, log_path, status_path, limit_bytes, timeout, env=None, 
     if status["mechanism"] is None:
         raise LimitError("no memory limit can be enforced: " + "; ".join(status["limit_detail"]))
 
+    marker = f"{name}-{os.getpid()}-{time.time():.6f}"
+    env = dict(os.environ if env is None else env, **{BUILD_MARKER: marker})
     os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
     with open(log_path, "ab", buffering=0) as log:
         log.write(f"== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(command)}\n".encode())
@@ -180,18 +205,18 @@ def run_limited(argv, *, log_path, status_path, limit_bytes, timeout, env=None, 
     deadline = time.monotonic() + timeout
     try:
         while process.poll() is None:
-            rss = session_rss(process.pid)
+            rss = session_rss(process.pid, marker)
             status["peak_bytes"] = max(status["peak_bytes"], rss)
             if status["mechanism"] == "watchdog" and rss > limit_bytes:
                 status["killed_by"] = f"watchdog: the build's processes used {rss // MIB} MiB > limit"
-                _kill_session(process.pid)
+                _kill_session(process.pid, marker)
             elif time.monotonic() > deadline:
                 status["killed_by"] = f"timeout: the build ran longer than {timeout} s"
-                _kill_session(process.pid)
+                _kill_session(process.pid, marker)
             time.sleep(WATCHDOG_PERIOD)
     finally:
         if process.poll() is None:  # our own caller was interrupted: leave nothing running
-            _kill_session(process.pid)
+            _kill_session(process.pid, marker)
             process.wait()
     status["rc"] = process.returncode
     if cgroup_v1:

@@ -5,9 +5,11 @@ as a tarball under a GitHub-like mirror tree (``<mirror>/fleet-test/tinydep/arch
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
+import re
 import shutil
 import subprocess
 import sys
@@ -93,3 +95,31 @@ def build_env(venv: Path, torch_venv_python) -> Path:
     Path(purelib(venv / "bin/python"), "_torch.pth").write_text(
         f"import site; site.addsitedir({purelib(torch_venv_python)!r})\n")
     return venv / "bin/python"
+
+
+@contextlib.contextmanager
+def served_source(root: Path):
+    """The package as a new-layout source archive plus its FetchContent mirror under ``root``, served over
+    http on 127.0.0.1; yields {url, sha256, mirror} for the role's source variables."""
+    checkout = root / "checkout"
+    make_source(checkout, "new")
+    sha256 = make_archive(checkout, root / "serve" / "src" / "sglang-kernel-test.tar.gz")
+    write_mirror(root / "serve" / "gh")
+    server = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory",
+                               str(root / "serve")],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        port = re.search(r"port (\d+)", server.stdout.readline()).group(1)
+        base = f"http://127.0.0.1:{port}"
+        yield {"url": f"{base}/src/sglang-kernel-test.tar.gz", "sha256": sha256, "mirror": f"{base}/gh"}
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def stack_venv(root: Path, torch_venv_python) -> Path:
+    """A stand-in stack at ``root``: a plain venv that sees the packages of ``torch_venv_python``."""
+    subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
+    Path(purelib(root / "bin/python"), "_torch.pth").write_text(
+        f"import site; site.addsitedir({purelib(torch_venv_python)!r})\n")
+    return root / "bin/python"

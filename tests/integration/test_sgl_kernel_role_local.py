@@ -1,4 +1,5 @@
-"""Role sgl_kernel on this machine (connection local, root): a git source in the old sgl-kernel/ layout,
+"""Role sgl_kernel on this machine (connection local, root): auto mode refusing the released wheel for
+a stack with another torch (2.13.0), then a git source in the old sgl-kernel/ layout,
 the build under the v1 memory cgroup this machine enforces, and an idempotent re-run. The fleet tests
 (tests/integration/fleet/test_sgl_kernel_role.py) cover archives, three hosts and the watchdog."""
 
@@ -16,6 +17,7 @@ from ansible.module_utils.sgl_kernel_runner import setup_cgroup_v1
 from ansible_run import run_playbook
 from kernelpkg import make_source, purelib, write_mirror
 from prereq import require
+from sglkernel import wheel as released_wheel
 from torchenv import torch_python
 
 pytestmark = pytest.mark.integration
@@ -58,7 +60,10 @@ def test_git_source_old_layout_under_a_v1_cgroup(tmp_path, served_mirror):
                  "stack_python": f"{stack}/bin/python", "stack_path": str(stack),
                  "stack_target_capabilities": ["10.0"]}}],
              "roles": [{"role": "sgl_kernel", "vars": {
-                 "sgl_kernel_install": "source", "sgl_kernel_source_git_url": f"file://{tmp_path}/repo.git",
+                 # auto: the released wheel fits 10.0 but is built for torch 2.14.1: built from source
+                 "sgl_kernel_install": "auto", "sgl_kernel_wheel_pip_args": ["--no-index", "--find-links",
+                                                                           str(released_wheel().parent)],
+                 "sgl_kernel_source_git_url": f"file://{tmp_path}/repo.git",
                  "sgl_kernel_source_ref": "v1", "sgl_kernel_source_mirror_url": served_mirror,
                  "sgl_kernel_work_dir": str(tmp_path / "work"), "sgl_kernel_log_dir": str(tmp_path / "log"),
                  "sgl_kernel_artifact_dir": str(tmp_path / "store"), "sgl_kernel_progress_interval": 10}}]}]
@@ -68,6 +73,11 @@ def test_git_source_old_layout_under_a_v1_cgroup(tmp_path, served_mirror):
     env = {"ANSIBLE_CACHE_PLUGIN": "memory"}
     result = run_playbook(play, inventory, envvars=env, timeout=1200)
     assert result.rc == 0, result.stdout[-4000:]
+    decision = result.task("localhost", "Scan the released wheel for the targets and this torch")
+    assert decision["choice"] == "source"
+    assert len(decision["problems"]) == 1, decision["problems"]  # 10.0 is covered: only torch is wrong
+    assert "built for torch==2.14.1 (Requires-Dist: torch==2.14.1) but the stack has torch 2.13.0" in \
+        decision["problems"][0]
     plan = result.task("localhost", "Prepare the source and plan the build")
     assert plan["fingerprint_inputs"]["source_commit"] == f"git-{commit}"
     assert plan["source_dir"].endswith("/sgl-kernel")
@@ -82,3 +92,4 @@ def test_git_source_old_layout_under_a_v1_cgroup(tmp_path, served_mirror):
     again = run_playbook(play, inventory, envvars=env, timeout=600)
     assert again.rc == 0, again.stdout[-3000:]
     assert again.stats["changed"] == {}, again.stats
+    shutil.rmtree(tmp_path / "work" / "download")  # the 1.5 GB released wheel (pytest keeps tmp dirs)
