@@ -33,14 +33,15 @@ ansible.module_utils.__path__.append(str(Path(__file__).resolve().parent.parent 
 from ansible_run import run_playbook  # noqa: E402
 from fleet import Fleet  # noqa: E402
 from fleet.base import ensure_base  # noqa: E402
-from service_stack import GATEWAY_PORT, download_wheels, role_vars, site, write_inventory  # noqa: E402
+from service_stack import API_KEY, GATEWAY_PORT, download_wheels, role_vars, site, write_inventory  # noqa: E402
 
 
 def timed_requests(url: str, count: int, budget_s: float) -> list:
     body = json.dumps({"model": "/models/stand-in", "messages": [{"role": "user", "content": "hi"}]}).encode()
     seconds, deadline = [], time.monotonic() + budget_s
     while len(seconds) < count and time.monotonic() < deadline:
-        request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json",
+                                                                  "Authorization": f"Bearer {API_KEY}"})
         start = time.perf_counter()
         with urllib.request.urlopen(request, timeout=10) as response:
             response.read()
@@ -71,12 +72,17 @@ def main() -> int:
         assert deployed.rc == 0, deployed.stdout[-3000:]
         print(f"deploy (stack stand-in, 5 units, gateway): {time.monotonic() - started:.0f} s")
         h1, _, h3 = (h["name"] for h in fleet.hosts)
+        routed = deployed.task(h3, "Send requests through the gateway; every worker in rotation must answer "
+                                   "one, none out of rotation")
+        print(f"gateway gate: {routed['msg']}: "
+              + ", ".join(f"{w['id']} {w['succeeded']}/{w['dispatched']}" for w in routed["workers"]))
         ip = {h["name"]: h["ip"] for h in fleet.hosts}
 
         hung = {"name": "hung", "model_path": "/models/stand-in", "port": 30020,
                 "env": {"SGLANG_STAND_IN_MODE": "hang"}}
         play = [{"name": "hang", "hosts": h1, "gather_facts": False, "roles": ["sglang_service"],
                  "vars": role_vars(fleet, sglang_service_install=False, sglang_service_models=[hung],
+                                   sglang_service_remove_unlisted=False,
                                    sglang_service_gate_bound=args.bound, sglang_service_gate_step=5)}]
         started = time.monotonic()
         result = run_playbook(play, inventory, envvars=env)

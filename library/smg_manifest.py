@@ -93,6 +93,18 @@ left_out:
   returned: always
   type: list
   elements: str
+left_out_workers:
+  description: The workers left out, with the URL each would have in the manifest.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    id:
+      description: Worker id.
+      type: str
+    url:
+      description: Worker URL.
+      type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -101,6 +113,7 @@ from ansible.module_utils.smg_manifest import (
     build_manifest,
     render_manifest,
     worker_id,
+    worker_url,
     workers_from_replicas,
 )
 
@@ -136,8 +149,10 @@ def main():
         module.fail_json(msg=str(exc))
     except Exception as exc:  # never a traceback: say what failed
         module.fail_json(msg=f"smg_manifest failed unexpectedly: {type(exc).__name__}: {exc}")
+    left_out_workers = [{"id": str(w["id"]), "url": worker_url(str(w["address"]), w["port"])}
+                        for w in workers if str(w["id"]) in left]
     module.exit_json(changed=False, workers=workers, content=render_manifest(manifest), manifest=manifest,
-                     in_rotation=kept, left_out=left)
+                     in_rotation=kept, left_out=left, left_out_workers=left_out_workers)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,8 @@ def assert_clean_failure(outcome, message):
     ("sglang_server_args", {"model": {"name": "m", "model_path": "/m"}}, "sglang_cmdline.render"),
     ("smg_manifest", {"workers": []}, "smg_manifest.build_manifest"),
     ("sglang_readiness", {"url": "http://127.0.0.1:9/"}, "sglang_readiness.wait_ready"),
+    ("smg_route_check", {"url": "http://127.0.0.1:9", "metrics_url": "http://127.0.0.1:9/metrics",
+                         "workers": [{"id": "a", "url": "http://127.0.0.1:9"}]}, "smg_routing.check_routing"),
     ("stack_wheels", {"lock_files": []}, "wheel_cache.missing_pins"),
     ("python_distributions", {"python": "python3"}, "python_dists.probe_distributions"),
     ("stack_facts", {"stack_root": "/tmp"}, "stack_facts.collect"),

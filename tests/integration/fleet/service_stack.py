@@ -81,6 +81,9 @@ def prepare_stack() -> list:
 # are replicas of `main` and a 2-node tensor-parallel pair, host 1 also has a slow starter, host 3 is
 # the gateway.
 GATEWAY_PORT = 8000
+# The model servers and the gateway require it (smg sends its own key to the workers: the same key).
+# The tests check that it never shows in a play's output.
+API_KEY = "sk-fleet-test-7f3a9c51e2"
 MAIN = {"name": "main", "model_path": "/models/stand-in", "host": "0.0.0.0", "port": 30000,
         "env": {"SGLANG_STAND_IN_DELAY": "2"}}
 SLOW = {"name": "slow", "model_path": "/models/stand-in", "port": 30001,
@@ -110,6 +113,7 @@ def role_vars(fleet, **extra):
             "sglang_service_extra_packages": [*PARSER_WHEELS[1:], PY_SPY],
             "sglang_service_launch_module": "sglang_server_stand_in",
             "sglang_service_gate_step": 3, "sglang_service_gate_bound": 90, "sglang_service_restart_sec": 2,
+            "sglang_service_api_key": API_KEY, "sglang_service_gateway_api_key": API_KEY,
             "sglang_service_gateway_model": "main", "sglang_service_gateway_host": "0.0.0.0",
             "sglang_service_gateway_port": GATEWAY_PORT, "sglang_service_gateway_health_interval_secs": 1,
             "sglang_service_gateway_discovery_interval_secs": 2, **extra}

@@ -8,14 +8,29 @@ from __future__ import annotations
 import json
 import re
 import time
+import urllib.error
 import urllib.request
 
 import pytest
 from ansible_run import run_playbook
-from service_stack import GATEWAY_PORT, download_wheels, prepare_stack, role_vars, site, write_inventory
+from documented import assert_documented
+from service_stack import (
+    API_KEY,
+    GATEWAY_PORT,
+    MAIN,
+    PAIR,
+    download_wheels,
+    prepare_stack,
+    role_vars,
+    site,
+    write_inventory,
+)
 
 pytestmark = pytest.mark.integration
 RENDER_TASK = "Render the command line of every served model (rejects an invalid entry, naming the variable)"
+ROUTE_TASK = ("Send requests through the gateway; every worker in rotation must answer one, "
+              "none out of rotation")
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
 
 @pytest.fixture(scope="module")
@@ -49,11 +64,26 @@ def _show(fleet, host, unit):
     return dict(line.split("=", 1) for line in out.splitlines())
 
 
-def _http(url, body=None, timeout=10):
+def _http(url, body=None, timeout=10, headers=AUTH):
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json", **headers})
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.loads(response.read())
+
+
+def _status(url, body=None, headers=None):
+    """The HTTP status of one request (the body is sglang's / smg's; only the status matters here)."""
+    try:
+        _http(url, body, headers=headers or {})
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    return 200
+
+
+def _no_key_in(result):
+    """The API key shows nowhere in what a play printed or returned."""
+    assert API_KEY not in result.stdout
+    assert API_KEY not in json.dumps(result.results)
 
 
 def _progress(result, host, unit):
@@ -105,10 +135,44 @@ def test_multi_node_ranks_and_gate_on_rank_0(first_run, fleet, hosts):
     assert f"node rank 1: joining {address[h1]}:50000" in journal
 
 
+def test_gateway_gate_routed_a_request_to_every_worker(first_run, fleet, hosts):
+    h1, h2, h3 = hosts
+    routed = first_run.task(h3, ROUTE_TASK)
+    print(routed["msg"], routed["workers"])
+    assert_documented("smg_route_check", routed)
+    assert routed["ok"] is True
+    rows = {row["id"]: row for row in routed["workers"]}
+    assert set(rows) == {f"{h1}-main", f"{h2}-main"}
+    assert all(row["succeeded"] >= 1 and row["in_rotation"] for row in rows.values())
+    # the workers' own counters agree: each served at least one generation (only the gate sent any yet)
+    address = {h["name"]: h["ip"] for h in fleet.hosts}
+    for host in (h1, h2):
+        assert _http(f"http://{address[host]}:30000/stand_in/stats")["served"] >= 1, host
+
+
+def test_api_keys_refuse_without_and_pass_with_directly_and_through_the_gateway(first_run, fleet, hosts):
+    h1, _, h3 = hosts
+    address = {h["name"]: h["ip"] for h in fleet.hosts}
+    body = {"model": "/models/stand-in", "messages": [{"role": "user", "content": "hi"}]}
+    for url in (f"http://{address[h1]}:30000/v1/chat/completions",
+                f"http://{address[h3]}:{GATEWAY_PORT}/v1/chat/completions"):
+        assert _status(url, body) == 401, url
+        assert _status(url, body, {"Authorization": "Bearer wrong"}) == 401, url
+        assert _status(url, body, AUTH) == 200, url
+    # sglang asks no key for health (the gate and smg's health checks rely on that)
+    assert _status(f"http://{address[h1]}:30000/health") == 200
+    # the key lives in root-only files and never shows in a play's output
+    for host, path in ((h1, "/etc/sglang/main.env"), (h3, "/etc/sglang/smg.env")):
+        assert fleet.ssh(host, f"stat -c '%a %U' {path}").stdout.split() == ["600", "root"], (host, path)
+        assert API_KEY in fleet.ssh(host, f"cat {path}").stdout
+    _no_key_in(first_run)
+
+
 def test_second_run_changes_nothing(first_run, fleet, play):
     again = play(site(fleet))
     assert again.rc == 0, again.stdout[-4000:]
     assert not again.stats.get("changed"), again.stats
+    _no_key_in(again)
 
 
 def test_check_mode_after_converge_reports_no_change(first_run, fleet, play):
@@ -139,9 +203,9 @@ def _through_gateway(fleet, hosts, n):
             for _ in range(n)]
 
 
-def _gateway_vars_play(fleet, tasks_from, target):
+def _gateway_vars_play(fleet, tasks_from, target="", **extra):
     return [{"name": tasks_from, "hosts": "sglang_gateway", "gather_facts": False,
-             "vars": role_vars(fleet, sglang_service_gateway_target=target),
+             "vars": role_vars(fleet, sglang_service_gateway_target=target, **extra),
              "tasks": [{"name": tasks_from, "ansible.builtin.include_role": {"name": "sglang_service",
                                                                             "tasks_from": tasks_from}}]}]
 
@@ -152,9 +216,16 @@ def test_gateway_routes_to_both_takes_out_puts_back_and_skips_unhealthy(first_ru
     assert served() == {h1, h2}
     out = play(_gateway_vars_play(fleet, "take_out", h2))
     assert out.rc == 0, out.stdout[-4000:]
+    # take_out's own routing check: h1 answered, h2 (out of rotation) got none of its requests
+    rows = {row["id"]: row for row in out.task(hosts[2], ROUTE_TASK)["workers"]}
+    assert rows[f"{h1}-main"]["succeeded"] >= 1
+    assert rows[f"{h1}-main"]["in_rotation"]
+    assert rows[f"{h2}-main"]["dispatched"] == 0
+    assert not rows[f"{h2}-main"]["in_rotation"]
     assert served() == {h1}
     back = play(_gateway_vars_play(fleet, "put_back", h2))
     assert back.rc == 0, back.stdout[-4000:]
+    assert all(row["succeeded"] >= 1 for row in back.task(hosts[2], ROUTE_TASK)["workers"])
     assert served() == {h1, h2}
     # a worker whose health fails stops getting requests (smg health check: every 1 s, 2 failures)
     address = {h["name"]: h["ip"] for h in fleet.hosts}
@@ -168,9 +239,46 @@ def test_gateway_routes_to_both_takes_out_puts_back_and_skips_unhealthy(first_ru
         _http(f"http://{address[h1]}:30000/stand_in/healthy", {})
 
 
+def test_gateway_gate_fails_naming_a_healthy_worker_that_answers_nothing(first_run, fleet, hosts, play):
+    h1, h2, h3 = hosts
+    address = {h["name"]: h["ip"] for h in fleet.hosts}
+    # h2's worker stays healthy for smg (/health 200) but fails every generation; smg retries those on
+    # h1, so every client request still gets 200: only the per-worker check can see it
+    _http(f"http://{address[h2]}:30000/stand_in/refuse", {})
+    try:
+        # 2 rounds: a few failures only, below smg's circuit-breaker threshold (10)
+        result = play(_gateway_vars_play(fleet, "gateway", sglang_service_gateway_gate_max_rounds=2))
+    finally:
+        _http(f"http://{address[h2]}:30000/stand_in/serve", {})
+    assert result.rc != 0
+    failed = result.task(h3, ROUTE_TASK)
+    print(failed["msg"])
+    assert f"worker {h2}-main (http://{address[h2]}:30000) got nothing: " in failed["msg"]
+    assert "dispatched, none answered successfully" in failed["msg"]
+    assert f"{h1}-main" not in failed["msg"]
+    assert not result.stats.get("changed"), result.stats
+    _no_key_in(result)
+
+
+def test_gateway_refuses_replicas_with_another_api_key(first_run, fleet, hosts, play):
+    """... before it changes anything."""
+    h1, h3 = hosts[0], hosts[2]
+    before = fleet.ssh(h3, "md5sum /etc/sglang/smg.env /var/lib/sglang/smg/workers.json").stdout
+    result = play(_gateway_vars_play(fleet, "gateway", sglang_service_gateway_api_key="another-key"))
+    assert result.rc != 0
+    failed = result.task(h3, "Check that no replica requires an API key other than the gateway's")
+    text = json.dumps(failed)
+    assert f"host {h1}: its sglang_service_api_key differs from sglang_service_gateway_api_key" in text
+    assert "another-key" not in result.stdout
+    _no_key_in(result)
+    assert fleet.ssh(h3, "md5sum /etc/sglang/smg.env /var/lib/sglang/smg/workers.json").stdout == before
+
+
 def _one_model_play(fleet, model, **extra):
+    # the other models on the host stay (they are not in this play's list): no removal here
     return [{"name": "One model", "hosts": "pair[0]", "gather_facts": False,
-             "vars": role_vars(fleet, sglang_service_install=False, sglang_service_models=[model], **extra),
+             "vars": role_vars(fleet, sglang_service_install=False, sglang_service_models=[model],
+                               sglang_service_remove_unlisted=False, **extra),
              "roles": ["sglang_service"]}]
 
 
@@ -190,6 +298,8 @@ def test_gate_fails_within_its_bound_for_a_hang_with_diagnostics(first_run, flee
     assert "Load weight end" in text  # the journal tail
     assert "PID" in text  # the process tree
     assert "sglang_server_stand_in" in text
+    assert "--api-key ********" in text  # the process tree, the key masked
+    _no_key_in(result)
     assert "MainThread" in text  # py-spy's stack dump (py-spy is installed into the stack)
     gate = [r for r in result.results[hosts[0]] if r["task"] == "Probe sglang-hung"]
     assert bound <= gate[-1]["elapsed"] < bound + 5
@@ -220,3 +330,54 @@ def test_stop_is_bounded_when_the_drain_never_ends(first_run, fleet, hosts, play
     journal = fleet.ssh(hosts[0], "journalctl -u sglang-draining.service -o cat --no-pager").stdout
     assert "SIGTERM: draining" in journal
     assert 3.5 < took < 10, took
+
+
+MANAGED = "grep -l '^EnvironmentFile=/etc/sglang/' /etc/systemd/system/sglang-*.service 2>/dev/null || true"
+
+
+def _managed_units(fleet, host):
+    return sorted(line.rsplit("/", 1)[1] for line in fleet.ssh(host, MANAGED).stdout.split())
+
+
+def test_units_of_models_no_longer_listed_are_removed(first_run, fleet, hosts, play):
+    """Runs last: it removes h1's slow unit (and the units the tests above added on h1)."""
+    h1 = hosts[0]
+    # a unit the role did not make, named like one of its own: never touched
+    fleet.ssh(h1, "printf '[Service]\\nExecStart=/bin/sleep infinity\\n' "
+                  "> /etc/systemd/system/sglang-byhand.service "
+                  "&& systemctl daemon-reload && systemctl start sglang-byhand.service")
+    before = _managed_units(fleet, h1)
+    assert {"sglang-main.service", "sglang-pair.service", "sglang-slow.service"} <= set(before), before
+    kept = {unit: _show(fleet, h1, unit)["MainPID"]
+            for unit in ("sglang-main.service", "sglang-pair.service")}
+    listed = [{"name": "Models listed", "hosts": h1, "gather_facts": False,
+               "vars": role_vars(fleet, sglang_service_install=False, sglang_service_models=[MAIN, PAIR]),
+               "roles": ["sglang_service"]}]
+    checked = play(listed, check=True)
+    assert checked.rc == 0, checked.stdout[-4000:]
+    assert checked.stats.get("changed"), "check mode did not say the units would go"
+    assert _managed_units(fleet, h1) == before  # check mode removed nothing
+    assert _show(fleet, h1, "sglang-slow.service")["ActiveState"] == "active"
+
+    removed = play(listed)
+    assert removed.rc == 0, removed.stdout[-4000:]
+    gone = sorted(set(before) - {"sglang-main.service", "sglang-pair.service"})
+    assert _managed_units(fleet, h1) == ["sglang-main.service", "sglang-pair.service"]
+    for unit in gone:
+        name = unit[len("sglang-"):-len(".service")]
+        state = fleet.ssh(h1, f"systemctl show --property=LoadState,ActiveState,UnitFileState {unit}").stdout
+        assert "LoadState=not-found" in state, (unit, state)
+        assert "ActiveState=inactive" in state, (unit, state)
+        assert fleet.ssh(h1, f"test -e /etc/sglang/{name}.env", check=False).returncode == 1, name
+        assert fleet.ssh(h1, f"test -e /etc/systemd/system/multi-user.target.wants/{unit}",
+                         check=False).returncode == 1, unit
+    # the listed models were not restarted; the hand-made unit is untouched
+    assert {unit: _show(fleet, h1, unit)["MainPID"] for unit in kept} == kept
+    assert _show(fleet, h1, "sglang-byhand.service")["ActiveState"] == "active"
+    fleet.ssh(h1, "systemctl stop sglang-byhand.service; rm -f /etc/systemd/system/sglang-byhand.service; "
+                  "systemctl daemon-reload")
+
+    again = play(listed)
+    assert again.rc == 0, again.stdout[-4000:]
+    assert not again.stats.get("changed"), again.stats
+    print(f"removed {gone} from {h1}; kept {sorted(kept)}")

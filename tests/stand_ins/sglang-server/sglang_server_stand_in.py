@@ -13,8 +13,12 @@ Failure modes, from the environment (the unit's Environment= / EnvironmentFile=)
 ``hang``: port open and /ready 503 forever after "Load weight end" (the field case: a loaded model,
 zero GPU use, health never 200). ``crash``: a traceback and exit 1 during load. ``drain-forever``:
 SIGTERM starts a drain that never ends (what TimeoutStopSec must bound).
-Test controls (loopback or not, it is a stand-in): POST /stand_in/unhealthy, /stand_in/healthy;
-GET /stand_in/stats (requests served).
+``--api-key``: each request is let through or refused (401 {"error": "Unauthorized"}) by the real
+sglang's own decision (``sglang.srt.utils.auth.decide_request_auth``: /health*, /ready* and /metrics* need
+no key, every other endpoint of the stand-in needs ``Authorization: Bearer <key>``).
+Test controls (no key needed, loopback or not: it is a stand-in): POST /stand_in/unhealthy,
+/stand_in/healthy (health 503/200), /stand_in/refuse, /stand_in/serve (generations 500 while health stays
+200); GET /stand_in/stats (generations served).
 With ``--enable-metrics`` (as SGLang 0.5.23) it serves /metrics in Prometheus text with SGLang's gauges
 ``sglang:num_running_reqs`` (here: requests in flight) and ``sglang:num_queue_reqs`` (always 0), the
 signal a rolling rebuild waits on before it restarts a drained server.
@@ -38,6 +42,7 @@ class State:
     ready = False
     draining = False
     healthy = True
+    refusing = False
     in_flight = 0
     served = 0
     lock = threading.Lock()
@@ -45,6 +50,8 @@ class State:
 
 
 def make_handler(args):
+    from sglang.srt.utils.auth import AuthLevel, decide_request_auth  # noqa: PLC0415
+
     model = args.served_model_name or args.model_path
     worker = f"{socket.gethostname()}:{args.port}"
 
@@ -73,8 +80,23 @@ def make_handler(args):
         def _up(self):
             return State.ready and not State.draining
 
+        def _refused(self, path):
+            """sglang's own answer to a request without the right key (its routes here are NORMAL)."""
+            if path.startswith("/stand_in/"):
+                return False
+            decision = decide_request_auth(method=self.command, path=path,
+                                           authorization_header=self.headers.get("Authorization"),
+                                           api_key=args.api_key, admin_api_key=args.admin_api_key,
+                                           auth_level=AuthLevel.NORMAL)
+            if decision.allowed:
+                return False
+            self._send(decision.error_status_code, {"error": "Unauthorized"})
+            return True
+
         def do_GET(self):
             path = self.path.split("?")[0]
+            if self._refused(path):
+                return None
             if path in ("/health", "/health_generate"):
                 ok = self._up() and State.healthy
                 return self._send(200 if ok else 503, {"ok": ok})
@@ -107,15 +129,22 @@ def make_handler(args):
             path = self.path.split("?")[0]
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
+            if self._refused(path):
+                return None
             if path == "/stand_in/unhealthy":
                 State.healthy = False
                 return self._send(200, {"healthy": False})
             if path == "/stand_in/healthy":
                 State.healthy = True
                 return self._send(200, {"healthy": True})
+            if path in ("/stand_in/refuse", "/stand_in/serve"):
+                State.refusing = path == "/stand_in/refuse"
+                return self._send(200, {"refusing": State.refusing})
             if path in ("/v1/chat/completions", "/generate", "/v1/completions"):
                 if not self._up():
                     return self._send(503, {"error": "not ready"})
+                if State.refusing:
+                    return self._send(500, {"error": "STAND-IN refusing generations (/stand_in/refuse)"})
                 with State.lock:
                     State.in_flight += 1
                 try:
