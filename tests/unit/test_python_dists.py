@@ -14,7 +14,7 @@ def test_the_listing_names_the_interpreter_and_its_version():
     facts = probe_distributions(sys.executable)
     assert set(facts) == {"python", "python_version", "distributions"}
     assert os.path.samefile(facts["python"], sys.executable)
-    assert facts["python_version"] == "%d.%d.%d" % sys.version_info[:3]
+    assert facts["python_version"] == ".".join(map(str, sys.version_info[:3]))
     names = [d["name"] for d in facts["distributions"]]
     assert "ansible-core" in names          # canonical: the metadata spells it ansible_core or ansible-core
     assert all(name == name.lower() and "_" not in name for name in names)

@@ -46,7 +46,7 @@ def _dist(site: Path, name: str, version: str) -> None:
     (info / "RECORD").write_text(f"{name}/__init__.py,,\n")
 
 
-def make_stack(root: Path, name: str = "s1", dists=(), torch: bool = False, manifest=None,
+def make_stack(root: Path, name: str = "s1", *, dists=(), torch: bool = False, manifest=None,
                kernel_record=None) -> Path:
     directory = root / "stacks" / name
     site = directory / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
@@ -76,7 +76,8 @@ def test_file_sha256_reads_past_the_first_block(tmp_path):
 
 
 def test_nvcc_version_of_a_toolkit():
-    assert nvcc_version(NVCC_12_6) == {"toolkit_version": "12.6", "nvcc_version": "12.6.85", "nvcc": NVCC_12_6}
+    assert nvcc_version(NVCC_12_6) == {"toolkit_version": "12.6", "nvcc_version": "12.6.85",
+                                       "nvcc": NVCC_12_6}
 
 
 @pytest.mark.parametrize("nvcc", [None, "", "/nonexistent/nvcc"])
@@ -129,8 +130,8 @@ def test_read_manifest(tmp_path):
 
 def test_a_damaged_manifest_says_to_rebuild(tmp_path):
     (tmp_path / "stack.json").write_text("{not json")
-    with pytest.raises(StackFactsError, match=rf"^cannot read {tmp_path}/stack.json: .*; the stack is damaged: "
-                                              "rebuild it$"):
+    with pytest.raises(StackFactsError,
+                       match=rf"^cannot read {tmp_path}/stack.json: .*; the stack is damaged: rebuild it$"):
         read_manifest(str(tmp_path))
 
 
@@ -191,7 +192,8 @@ def test_collect_the_stack_in_use(tmp_path, monkeypatch):
     assert facts["torch"] == {"version": "0.0.0", "git_version": "stand-in", "cuda_version": "13.0",
                               "index_url": "https://download.pytorch.org/whl/cu130"}
     # sglang-kernel is the package's current name, sgl-kernel the old one: the current one wins
-    assert facts["sgl_kernel"] == {"package": "sglang-kernel", "version": "0.4.1", "build_fingerprint": "k" * 64}
+    assert facts["sgl_kernel"] == {"package": "sglang-kernel", "version": "0.4.1",
+                                   "build_fingerprint": "k" * 64}
     assert facts["sglang"] == {"version": "0.5.23"}
     assert facts["unit"] == {"path": str(first), "sha256": hashlib.sha256(b"first\n").hexdigest()}
     assert [(d["name"], d["version"]) for d in facts["distributions"]] == [
