@@ -26,7 +26,11 @@ options:
     type: path
     default: /usr/local/cuda/bin/nvcc
   unit_paths:
-    description: Candidate paths of the model unit file; the first that exists is hashed.
+    description:
+      - Paths or glob patterns of the model unit files (the sglang_service role writes one
+        C(sglang-<model>.service) per model).
+      - The first that matches a file is hashed; when it matches several, one sha256 covers them all
+        (each file's name and sha256), so a change to any model's unit is drift.
     type: list
     elements: path
     default: []
@@ -50,7 +54,7 @@ EXAMPLES = r"""
 - name: Read what this host runs
   stack_facts:
     stack_root: /opt/sglang/stacks
-    unit_paths: [/etc/systemd/system/sglang-model@.service]
+    unit_paths: [/etc/systemd/system/sglang-*.service]
   register: running
 """
 
@@ -88,7 +92,7 @@ facts:
       description: C(version).
       type: dict
     unit:
-      description: C(path) and C(sha256) of the model unit file.
+      description: C(path) (the file, or the pattern when it matched several) and C(sha256) of the units.
       type: dict
     distributions:
       description: Installed distributions (see the python_distributions module).

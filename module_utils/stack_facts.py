@@ -9,6 +9,7 @@ verify.yml compares it with one.
 Stdlib only, Python 3.8+ (runs on managed hosts).
 """
 
+import glob
 import hashlib
 import json
 import os
@@ -75,6 +76,20 @@ def current_stack(stack_root):
     return os.path.basename(directory), directory
 
 
+def unit_facts(patterns):
+    """{"path", "sha256"} of the model units: the first pattern (a path or a glob) that matches a file
+    wins. One file: its path and sha256. Several (one unit per model): the pattern, and the sha256 of the
+    sorted "<name> <sha256>" lines, so adding, removing or changing any model's unit changes it."""
+    for pattern in patterns or ():
+        files = sorted(path for path in glob.glob(pattern) if os.path.isfile(path))
+        if len(files) == 1:
+            return {"path": files[0], "sha256": file_sha256(files[0])}
+        if files:
+            lines = "".join(f"{os.path.basename(path)} {file_sha256(path)}\n" for path in files)
+            return {"path": pattern, "sha256": hashlib.sha256(lines.encode()).hexdigest()}
+    return {"path": None, "sha256": None}
+
+
 def collect(stack_root, nvcc=None, unit_paths=(), nvidia_smi=None, timeout=120):
     """Lock-shaped facts of the stack in use on this host (see the module's RETURN)."""
     name, directory = current_stack(stack_root)
@@ -98,10 +113,7 @@ def collect(stack_root, nvcc=None, unit_paths=(), nvidia_smi=None, timeout=120):
         "unit": {"path": None, "sha256": None},
         "distributions": [],
     }
-    for path in unit_paths or ():
-        if os.path.isfile(path):
-            facts["unit"] = {"path": path, "sha256": file_sha256(path)}
-            break
+    facts["unit"] = unit_facts(unit_paths)
     if not directory:
         return facts
     python = os.path.join(directory, "bin", "python")

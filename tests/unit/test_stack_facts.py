@@ -25,6 +25,7 @@ from ansible.module_utils.stack_facts import (
     file_sha256,
     nvcc_version,
     read_manifest,
+    unit_facts,
 )
 
 STAND_INS = Path(__file__).resolve().parent.parent / "stand_ins"
@@ -159,7 +160,7 @@ def test_collect_without_a_stack_or_a_gpu(tmp_path, monkeypatch):
     unit.write_text("[Service]\n")
     facts = collect(str(tmp_path), unit_paths=[str(tmp_path / "absent.service"), str(unit)])
     assert facts == {
-        "stack": {"root": str(tmp_path), "name": None, "path": None, "fingerprint": None},
+        "stack": {"root": str(tmp_path), "name": None, "path": None, "fingerprint": None, "python": None},
         "profile": None, "target_capabilities": [],
         "cuda": {"toolkit_version": None, "nvcc_version": None, "nvcc": None},
         "driver": {"version": None, "cuda_driver_version": None, "capabilities": []},
@@ -182,7 +183,7 @@ def test_collect_the_stack_in_use(tmp_path, monkeypatch):
     facts = collect(str(tmp_path), nvcc=NVCC_12_6, unit_paths=[str(first), str(second)],
                     nvidia_smi=str(STAND_INS / "nvidia-smi"))
     assert facts["stack"] == {"root": str(tmp_path), "name": "s1", "path": str(directory),
-                              "fingerprint": "f" * 64}
+                              "fingerprint": "f" * 64, "python": "{}.{}.{}".format(*sys.version_info[:3])}
     assert facts["profile"] == "hopper"
     assert facts["target_capabilities"] == ["9.0"]
     assert facts["cuda"] == {"toolkit_version": "12.6", "nvcc_version": "12.6.85", "nvcc": NVCC_12_6}
@@ -198,6 +199,26 @@ def test_collect_the_stack_in_use(tmp_path, monkeypatch):
     assert facts["unit"] == {"path": str(first), "sha256": hashlib.sha256(b"first\n").hexdigest()}
     assert [(d["name"], d["version"]) for d in facts["distributions"]] == [
         ("sgl-kernel", "0.3.9"), ("sglang", "0.5.23"), ("sglang-kernel", "0.4.1"), ("torch", "2.14.1+cu130")]
+
+
+def test_unit_facts_one_file_per_model_hashes_them_together(tmp_path):
+    units = tmp_path / "units"
+    units.mkdir()
+    (units / "sglang-main.service").write_text("main\n")
+    (units / "sglang-draft.service").write_text("draft\n")
+    (units / "sglang-gone.service").mkdir()              # not a file: not a unit
+    pattern = str(units / "sglang-*.service")
+    files = (("sglang-draft.service", b"draft\n"), ("sglang-main.service", b"main\n"))
+    lines = "".join(f"{name} {hashlib.sha256(text).hexdigest()}\n" for name, text in files)
+    both = {"path": pattern, "sha256": hashlib.sha256(lines.encode()).hexdigest()}
+    # the first pattern that matches wins; one that matches nothing is passed over
+    assert unit_facts([str(tmp_path / "none-*.service"), pattern, str(tmp_path)]) == both
+    (units / "sglang-main.service").write_text("main, changed\n")
+    assert unit_facts([pattern])["sha256"] != both["sha256"]
+    (units / "sglang-main.service").unlink()
+    assert unit_facts([pattern]) == {"path": str(units / "sglang-draft.service"),
+                                     "sha256": hashlib.sha256(b"draft\n").hexdigest()}
+    assert unit_facts([]) == unit_facts(None) == {"path": None, "sha256": None}
 
 
 def test_collect_an_old_kernel_name_and_no_torch(tmp_path, monkeypatch):

@@ -26,6 +26,9 @@ VERIFY = REPO_ROOT / "playbooks" / "verify.yml"
 REPRODUCE = REPO_ROOT / "playbooks" / "reproduce.yml"
 # A version of a small torch dependency that the stack does not hold: the "change by hand"
 OTHER_FILELOCK = "filelock==3.20.0"
+# The session hosts carry different sglang_service test units (host 3 none): the lock and drift hash a unit
+# that is the same on every host instead (the default is /etc/systemd/system/sglang-*.service).
+UNITS = ["/lib/systemd/system/ssh.service"]
 
 
 @pytest.fixture(scope="module")
@@ -34,13 +37,13 @@ def lock(fleet_stack, tmp_path_factory):
     locks = tmp_path_factory.mktemp("locks")
     host = fleet_stack.hosts[0]
     result = fleet_stack.run(playbook=SNAPSHOT, snapshot_host=host, snapshot_name="jobs",
-                             snapshot_locks_dir=str(locks))
+                             snapshot_unit_paths=UNITS, snapshot_locks_dir=str(locks))
     assert result.rc == 0, result.stdout[-4000:]
     return host, locks / "jobs.lock.yml"
 
 
 def verify(fleet_stack, tmp_path, lock_file=None, **kwargs):
-    extra = {"verify_reports_dir": str(tmp_path), "verify_fail": False}
+    extra = {"verify_reports_dir": str(tmp_path), "verify_fail": False, "verify_unit_paths": UNITS}
     if lock_file:
         extra["verify_lock_file"] = str(lock_file)
     result = fleet_stack.run(playbook=VERIFY, **extra, **kwargs)
@@ -112,7 +115,7 @@ def test_verify_in_check_mode_changes_nothing_on_the_hosts(fleet, fleet_stack, t
 
 def reproduce(fleet_stack, lock_file, hosts, **kwargs):
     return fleet_stack.run(playbook=REPRODUCE, reproduce_lock=str(lock_file), reproduce_hosts=",".join(hosts),
-                           **kwargs)
+                           reproduce_unit_paths=UNITS, **kwargs)
 
 
 def mark(fleet, hosts, marker="/run/reproduce-marker"):
