@@ -8,6 +8,7 @@ then load weights, profile memory, capture CUDA graphs and JIT-compile for many 
 Stdlib only, Python 3.8+ (runs on managed hosts).
 """
 
+import http.client
 import re
 import socket
 import time
@@ -84,6 +85,8 @@ def probe(url, timeout, headers=None):
     except (urllib.error.URLError, OSError, socket.timeout) as exc:
         reason = getattr(exc, "reason", exc)
         return None, str(reason) or type(exc).__name__
+    except http.client.HTTPException as exc:          # the port answers, but not in HTTP (yet)
+        return None, f"not HTTP: {type(exc).__name__}"
 
 
 def wait_ready(url, wait, *, poll=1.0, request_timeout=5.0, headers=None, alive=None):

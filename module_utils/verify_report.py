@@ -66,6 +66,11 @@ def render_table(report, detail_width=90):
     return "\n".join(lines)
 
 
+def _md_cell(text):
+    """A detail as one Markdown table cell: no pipe, no line break (a row must stay on one line)."""
+    return " ".join(line.strip() for line in text.replace("|", "/").splitlines())
+
+
 def render_markdown(report, title="Fleet verify report", generated=""):
     """A Markdown document: a summary line, then one table per host."""
     counts = report["counts"]
@@ -76,7 +81,7 @@ def render_markdown(report, title="Fleet verify report", generated=""):
     for host in report["hosts"]:
         lines += [f"## {host['host']}: {host['status'].upper()}", "", "| check | status | detail |",
                   "|---|---|---|"]
-        lines += [f"| {c['check']} | {c['status']} | {c['detail'].replace('|', '/')} |"
+        lines += [f"| {c['check']} | {c['status']} | {_md_cell(c['detail'])} |"
                   for c in host["checks"]]
         lines.append("")
     return "\n".join(lines)

@@ -86,3 +86,24 @@ def test_wait_ready_is_bounded_and_sees_readiness(server):
     start = time.monotonic()
     assert wait_ready(url, 10, poll=0.1, alive=lambda: False)[0] is False
     assert time.monotonic() - start < 2
+
+
+def test_a_port_that_answers_but_not_in_http_is_not_ready():
+    import socket  # noqa: PLC0415
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+
+    def answer():
+        connection, _ = listener.accept()
+        connection.recv(1024)
+        connection.sendall(b"SSH-2.0-not-http\r\n")
+        connection.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        assert probe(f"http://127.0.0.1:{listener.getsockname()[1]}/health", 2) == (
+            None, "not HTTP: BadStatusLine")
+    finally:
+        listener.close()

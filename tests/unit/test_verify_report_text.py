@@ -199,3 +199,9 @@ def test_drift_sentences():
 def test_checks_come_in_the_report_order():
     names = [c["check"] for c in host_checks(GPU, STACK)]
     assert names == ["gpu", "driver", "cuda", "torch", "kernel", "environment", "service", "gateway", "drift"]
+
+
+def test_markdown_keeps_a_multi_line_detail_in_its_row():
+    text = render_markdown(summarize({"b": [{"check": "env", "status": "warn",
+                                             "detail": "2 binaries:\n  libx.so  sm_80\n  liby.so | sm_86"}]}))
+    assert "| env | warn | 2 binaries: libx.so  sm_80 liby.so / sm_86 |" in text.splitlines()
