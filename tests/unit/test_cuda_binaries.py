@@ -81,3 +81,10 @@ def test_message_lists_at_most_ten_files_then_how_many_more(tmp_path, count):
     more = f", and {count - MAX_FILES_IN_MESSAGE} more" if count > MAX_FILES_IN_MESSAGE else ""
     assert message == (f"no code for capability 9.0 in {count} of {count} files with device code: {shown}{more}; "
                        "rebuild them for sm_90a, sm_90 or compute_90 PTX")
+
+
+def test_message_skips_capabilities_every_file_runs_on(libs):
+    b = str(libs / "b.fatbin")
+    report = inspect_binaries([libs / "a.fatbin", libs / "b.fatbin"], ["9.0", "8.0"])
+    assert missing_message(report) == (f"no code for capability 8.0 in 1 of 2 files with device code: {b} "
+                                       "(has sm_90a); rebuild them for sm_80 or compute_80 PTX")
