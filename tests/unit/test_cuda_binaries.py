@@ -29,7 +29,8 @@ def test_report_rates_every_file_on_every_capability(libs):
         "files": [
             {"path": a, "sass": ["sm_80"], "ptx": ["compute_90"],
              "runs_on": {"8.0": "sass", "9.0": "ptx-jit", "8.6": "sass"}},
-            {"path": b, "sass": ["sm_90a"], "ptx": [], "runs_on": {"8.0": False, "9.0": "sass", "8.6": False}},
+            {"path": b, "sass": ["sm_90a"], "ptx": [],
+             "runs_on": {"8.0": False, "9.0": "sass", "8.6": False}},
             # LTO-IR counts as device code, but runs nowhere until a device link
             {"path": c, "sass": [], "ptx": [], "lto": ["lto_90"],
              "runs_on": {"8.0": False, "9.0": False, "8.6": False}},
@@ -68,7 +69,8 @@ def test_message_names_each_capability_its_files_and_what_to_build(libs):
         f"no code for capability 9.0 in 1 of 3 files with device code: {c} (has lto_90 (LTO-IR, runs only "
         "after a device link)); rebuild them for sm_90a, sm_90 or compute_90 PTX; "
         f"no code for capability 12.0 in 2 of 3 files with device code: {b} (has sm_90a), {c} (has lto_90 "
-        "(LTO-IR, runs only after a device link)); rebuild them for sm_120f, sm_120a, sm_120 or compute_120 PTX")
+        "(LTO-IR, runs only after a device link)); rebuild them for sm_120f, sm_120a, sm_120 or compute_120 "
+        "PTX")
 
 
 @pytest.mark.parametrize("count", [MAX_FILES_IN_MESSAGE, MAX_FILES_IN_MESSAGE + 1, MAX_FILES_IN_MESSAGE + 3])
@@ -79,8 +81,8 @@ def test_message_lists_at_most_ten_files_then_how_many_more(tmp_path, count):
     message = missing_message(inspect_binaries([tmp_path], ["9.0"]))
     shown = ", ".join(f"{tmp_path / name} (has sm_80)" for name in names[:MAX_FILES_IN_MESSAGE])
     more = f", and {count - MAX_FILES_IN_MESSAGE} more" if count > MAX_FILES_IN_MESSAGE else ""
-    assert message == (f"no code for capability 9.0 in {count} of {count} files with device code: {shown}{more}; "
-                       "rebuild them for sm_90a, sm_90 or compute_90 PTX")
+    assert message == (f"no code for capability 9.0 in {count} of {count} files with device code: "
+                       f"{shown}{more}; rebuild them for sm_90a, sm_90 or compute_90 PTX")
 
 
 def test_message_skips_capabilities_every_file_runs_on(libs):

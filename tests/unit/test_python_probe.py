@@ -128,7 +128,8 @@ def test_only_the_end_of_a_long_error_is_kept(text, shown):
 
 
 def test_the_default_name_of_a_probe_in_its_errors():
-    with pytest.raises(ProbeError, match=rf"^probe in {sys.executable} exited with status 3 without an answer$"):
+    expected = rf"^probe in {sys.executable} exited with status 3 without an answer$"
+    with pytest.raises(ProbeError, match=expected):
         run_probe(sys.executable, "sys.exit(3)\n")
 
 
