@@ -293,3 +293,37 @@ def test_diagnoses_in_order_and_the_torch_named():
     assert diagnose("undefined symbol: x", None).startswith(
         "torch ABI mismatch: sgl_kernel was built against a different torch than the torch installed here")
     assert diagnose("undefined symbol: x", "", None).startswith("torch ABI mismatch")
+
+
+@pytest.fixture
+def not_python(tmp_path):
+    """An executable that runs no probe: a shell script that exits 1 with a message."""
+    path = tmp_path / "bin" / "python"
+    path.parent.mkdir()
+    path.write_text("#!/bin/sh\necho 'no python here' >&2\nexit 1\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_a_lookup_that_gives_no_answer_names_the_lookup(not_python):
+    with pytest.raises(SglKernelProbeError) as caught:
+        locate_package(not_python)
+    assert str(caught.value) == (f"the sgl_kernel lookup in {not_python} exited with status 1 without an "
+                                 "answer (is it a Python 3 interpreter?); output: no python here")
+
+
+def test_an_import_check_that_gives_no_answer_names_the_imports(tmp_path, not_python):
+    assert run_import_check(not_python, str(tmp_path / "sgl_kernel")) == {
+        "status": "failed", "python": not_python, "hint": None,
+        "error": f"import torch, sgl_kernel in {not_python} exited with status 1 without an answer (is it a "
+                 "Python 3 interpreter?); output: no python here"}
+
+
+def test_import_check_of_a_package_dir_runs_in_this_interpreter_by_default(tmp_path, host):
+    host("h200-x8")
+    pkg = package(tmp_path)
+    result = check_sgl_kernel(package_dir=str(pkg), capability="9.0", import_check=True,
+                              nvidia_smi=NVIDIA_SMI)
+    assert result["import_check"]["python"] == sys.executable
+    assert result["import_check"]["status"] == "ok"
+    assert result["import_check"]["loaded_expected"] is True
