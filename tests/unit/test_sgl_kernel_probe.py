@@ -327,3 +327,54 @@ def test_import_check_of_a_package_dir_runs_in_this_interpreter_by_default(tmp_p
     assert result["import_check"]["python"] == sys.executable
     assert result["import_check"]["status"] == "ok"
     assert result["import_check"]["loaded_expected"] is True
+
+
+def test_import_check_of_a_package_dir_that_is_not_on_the_path(tmp_path, host):
+    host("h200-x8")
+    pkg = package(tmp_path / "elsewhere")  # PYTHONPATH has tmp_path/site, which stays empty
+    result = check_sgl_kernel(package_dir=str(pkg), capability="9.0", import_check=True,
+                              nvidia_smi=NVIDIA_SMI)
+    assert result["import_check"]["sgl_kernel_file"] == str(pkg / "__init__.py")
+    assert result["import_check"]["loaded_expected"] is True
+
+
+def test_an_environment_is_import_checked_in_its_own_interpreter(tmp_path, host):
+    host("h200-x8")
+    package(tmp_path)
+    result = check_sgl_kernel(python=sys.executable, import_check=True, nvidia_smi=NVIDIA_SMI,
+                              import_python=str(tmp_path / "not-this-one"))
+    assert result["import_check"]["python"] == sys.executable
+    assert result["import_check"]["status"] == "ok"
+    assert result["warnings"] == []
+
+
+def test_the_timeout_reaches_every_probe(tmp_path, host, monkeypatch):
+    host("h200-x8")
+    package(tmp_path)
+    timeouts = []
+    real_run_probe = sgl_kernel_probe.run_probe
+
+    def recording(*args, **kwargs):
+        timeouts.append(kwargs["timeout"])
+        return real_run_probe(*args, **kwargs)
+
+    monkeypatch.setattr(sgl_kernel_probe, "run_probe", recording)
+    check_sgl_kernel(python=sys.executable, import_check=True, nvidia_smi=NVIDIA_SMI, timeout=17)
+    check_sgl_kernel(package_dir=str(tmp_path / "site" / "sgl_kernel"), import_check=True,
+                     nvidia_smi=NVIDIA_SMI, timeout=19)
+    assert timeouts == [17, 17, 19]
+
+
+def test_an_abi_mismatch_at_import_names_the_torch_installed(tmp_path, host):
+    host("h200-x8")
+    pkg = package(tmp_path, init="raise ImportError('common_ops.abi3.so: undefined symbol: _ZN3c10')\n")
+    result = run_import_check(sys.executable, str(pkg))
+    assert result["hint"] == (
+        "torch ABI mismatch: sgl_kernel was built against a different torch than the 0.0.0+stand-in "
+        "installed here; install the sglang-kernel release that pins this torch (or the torch it pins), or "
+        "rebuild sgl_kernel against this torch")
+
+
+def test_cpu_torch_diagnosis_in_full():
+    assert diagnose("anything", "2.13.0+cpu", None) == (
+        "torch 2.13.0+cpu here is not a CUDA build; sgl_kernel needs the CUDA build of the torch it pins")
