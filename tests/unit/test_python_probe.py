@@ -5,8 +5,7 @@ import sys
 
 import pytest
 from ansible.module_utils import bounded_run, python_probe
-from ansible.module_utils.python_probe import MARKER, ProbeError, resolve_python, run_probe
-from processes import kill_pid_in
+from ansible.module_utils.python_probe import MARKER, PRELUDE, ProbeError, resolve_python, run_probe
 
 
 def test_answer_survives_noise_on_stdout():
@@ -74,26 +73,6 @@ def test_bad_timeout(timeout):
         run_probe(sys.executable, "answer({})\n", timeout=timeout)
 
 
-# Fast versions of the timeout tests in tests/integration/test_bounded_waits.py (short timeout and grace).
-
-def test_timeout_is_a_probe_error_with_the_stderr_so_far_and_what_was_left_behind(tmp_path, monkeypatch):
-    monkeypatch.setattr(bounded_run, "KILL_GRACE", 0.3)
-    pid_file = tmp_path / "escaped.pid"
-    script = ("sys.stderr.write('importing torch'); sys.stderr.flush()\nimport subprocess, time\n"
-              f"subprocess.Popen(['sh', '-c', 'setsid sleep 30 & echo $! > {pid_file}']).wait()\n"
-              "time.sleep(600)\n")
-    try:
-        with pytest.raises(ProbeError) as caught:
-            run_probe(sys.executable, script, timeout=1, what="the hang probe")
-    finally:
-        kill_pid_in(pid_file)
-    assert str(caught.value) == (
-        f"the hang probe in {os.path.abspath(sys.executable)} did not finish within 1 s and was killed (a "
-        "hung import or CUDA initialisation?); raise timeout if the host is just slow; a process it started "
-        "outside its session (setsid) survived the kill and still holds its output open; left behind; "
-        "stderr: importing torch")
-
-
 def test_resolve_python_messages_in_full(tmp_path, monkeypatch):
     missing = str(tmp_path / "bin" / "python")
     cases = [
@@ -158,8 +137,9 @@ def test_the_started_marker_is_not_shown_as_output():
         run_probe(sys.executable, "print('half done')\nsys.exit(3)\n")
 
 
-# The message of a timeout, for each combination of what run_bounded reports: the real kill is timed
-# above; a stand-in for run_bounded raises RunTimeout at once here.
+# The message of a timeout, for each combination of what run_bounded reports. A stand-in for run_bounded
+# raises RunTimeout at once (after checking what it was asked to run); the real kill, of a probe that
+# hangs and of one whose helper escapes its session, is timed in tests/integration/test_bounded_waits.py.
 @pytest.mark.parametrize(("stderr", "leftover", "tail"), [
     (b"", None, ""),
     (b"  \n", None, ""),
@@ -168,12 +148,14 @@ def test_the_started_marker_is_not_shown_as_output():
     (b"x", "it was left behind", "; it was left behind; stderr: x"),
 ])
 def test_timeout_message_parts(monkeypatch, stderr, leftover, tail):
-    def hangs(argv, timeout, **_):
+    def hangs(argv, timeout, input=None, cwd=None):
+        assert (argv, timeout, cwd) == ([os.path.abspath(sys.executable), "-", "a", "2"], 7, "/")
+        assert input == (PRELUDE + "answer({})\n").encode()
         raise bounded_run.RunTimeout(argv, timeout, b"", stderr, leftover)
 
     monkeypatch.setattr(python_probe, "run_bounded", hangs)
     with pytest.raises(ProbeError) as caught:
-        run_probe(sys.executable, "answer({})\n", timeout=7)
+        run_probe(sys.executable, "answer({})\n", args=["a", 2], timeout=7)
     assert str(caught.value) == (
         f"probe in {os.path.abspath(sys.executable)} did not finish within 7 s and was killed (a hung "
         f"import or CUDA initialisation?); raise timeout if the host is just slow{tail}")
