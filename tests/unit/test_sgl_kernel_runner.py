@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -29,6 +30,7 @@ from ansible.module_utils.sgl_kernel_runner import (
 )
 
 LIMIT = 64 << 20
+REAL_WHICH = shutil.which
 
 
 @pytest.fixture
@@ -316,3 +318,94 @@ def test_log_tail(tmp_path):
     assert log_tail(log, lines=2) == ["line 39", tail[-1]]
     log.write_bytes(b"a" * 20000 + b"\nlast\n")
     assert log_tail(log) == ["a" * 300, "last"]
+
+
+# cgroup v2 through a stand-in systemd-run: it answers the probe's `cat /proc/self/cgroup` with a scope
+# path, and for any other command writes the scope's memory.max under the fake v2 root (the value it was
+# given, or $STAND_IN_MEMORY_MAX) before it runs the command, as systemd does before the scope starts.
+SYSTEMD_RUN = r"""#!/bin/sh
+# STAND-IN for systemd-run (no systemd on the test machines): see tests/unit/test_sgl_kernel_runner.py
+echo "$*" >> "$STAND_IN_CALLS"
+unit=""; limit=""
+while [ "$1" != "--" ]; do
+    case "$1" in --unit=*) unit=${1#--unit=} ;; MemoryMax=*) limit=${1#MemoryMax=} ;; esac
+    shift
+done
+shift
+if [ -n "$STAND_IN_FAIL" ]; then echo "$STAND_IN_FAIL" >&2; exit 1; fi
+if [ "$1" = cat ]; then echo "1:name=systemd:/x"; echo "0::/system.slice/$unit.scope"; exit 0; fi
+mkdir -p "$STAND_IN_V2/system.slice/$unit.scope"
+echo "${STAND_IN_MEMORY_MAX:-$limit}" > "$STAND_IN_V2/system.slice/$unit.scope/memory.max"
+exec "$@"
+"""
+
+
+@pytest.fixture
+def systemd(roots, tmp_path, monkeypatch):
+    """A v2 root with the memory controller, a running systemd, and the stand-in systemd-run on PATH."""
+    _, v2 = roots
+    (v2 / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemd-run").write_text(SYSTEMD_RUN)
+    (bin_dir / "systemd-run").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("STAND_IN_V2", str(v2))
+    monkeypatch.setenv("STAND_IN_CALLS", str(tmp_path / "calls"))
+    real_isdir = os.path.isdir
+    monkeypatch.setattr(runner.shutil, "which", REAL_WHICH)
+    monkeypatch.setattr(runner.os.path, "isdir",
+                        lambda path: path == "/run/systemd/system" or real_isdir(path))
+    return v2, tmp_path / "calls"
+
+
+def test_v2_probe_reads_the_limit_back(systemd):
+    _, calls = systemd
+    assert probe_cgroup_v2(LIMIT, unit_prefix="p") == (True, f"systemd scope memory.max reads back {LIMIT}")
+    unit = f"p-{os.getpid()}"
+    assert calls.read_text().splitlines() == [
+        f"--quiet --scope --unit={unit} -p MemoryMax={LIMIT} -- cat /proc/self/cgroup",
+        f"--quiet --scope --unit={unit}-b -p MemoryMax={LIMIT} -- sleep 5"]
+
+
+def test_v2_probe_of_a_limit_nothing_enforces(systemd, monkeypatch):
+    monkeypatch.setenv("STAND_IN_MEMORY_MAX", "max")
+    assert probe_cgroup_v2(LIMIT) == (
+        False, f"MemoryMax={LIMIT} was accepted but the scope's memory.max reads 'max'")
+
+
+def test_v2_probe_that_systemd_refuses(systemd, monkeypatch):
+    monkeypatch.setenv("STAND_IN_FAIL", "Failed to start transient scope unit: Access denied")
+    assert probe_cgroup_v2(LIMIT) == (
+        False, "systemd-run probe failed: Failed to start transient scope unit: Access denied")
+
+
+def test_v2_probe_without_a_unified_cgroup_line(systemd, monkeypatch, tmp_path):
+    bin_dir = tmp_path / "bin2"
+    bin_dir.mkdir()
+    (bin_dir / "systemd-run").write_text("#!/bin/sh\necho '1:name=systemd:/only-v1'\n")
+    (bin_dir / "systemd-run").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert probe_cgroup_v2(LIMIT) == (False, "systemd-run probe failed: 1:name=systemd:/only-v1")
+
+
+def test_v2_probe_that_cannot_start_systemd_run(systemd, monkeypatch):
+    monkeypatch.setattr(runner.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(
+        subprocess.TimeoutExpired(["systemd-run"], 30)))
+    ok, detail = probe_cgroup_v2(LIMIT)
+    assert not ok
+    assert detail.startswith("systemd-run probe failed: Command '['systemd-run']' timed out after 30 ")
+
+
+def test_a_build_in_a_v2_scope(systemd, tmp_path):
+    v2, calls = systemd
+    status = run(tmp_path, ["sh", "-c", "echo built"], name="k")
+    assert status["mechanism"] == "cgroup-v2"
+    assert status["limit_detail"] == [f"cgroup-v2: systemd scope memory.max reads back {LIMIT}"]
+    assert (status["rc"], status["killed_by"]) == (0, None)
+    assert calls.read_text().splitlines()[-1] == (
+        f"--quiet --scope --unit=sgl-kernel-k-{os.getpid()} -p MemoryMax={LIMIT} -p MemorySwapMax=0 -- "
+        "sh -c echo built")
+    scope = v2 / "system.slice" / f"sgl-kernel-k-{os.getpid()}.scope"
+    assert (scope / "memory.max").read_text() == f"{LIMIT}\n"
+    assert (tmp_path / "logs" / "build.log").read_text().splitlines()[-1] == "built"
