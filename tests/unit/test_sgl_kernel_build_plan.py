@@ -3,6 +3,7 @@ the narrowing error (test_sgl_kernel_build.py has the main cases on an upstream-
 
 import hashlib
 import json
+import re
 
 import pytest
 from ansible.module_utils.sgl_kernel_build import (
@@ -54,6 +55,11 @@ def test_plan_budget_defaults_to_memory_minus_reserve_but_one_compile_at_least()
     assert plan_parallelism(cores=8, memory_mb=6144, per_compile_mb=4096)["budget_mb"] == 4096
 
 
+def test_one_gencode_per_unit_by_default():
+    plan = plan_parallelism(cores=8, memory_mb=64000, per_compile_mb=1000)
+    assert (plan["threads"], plan["jobs"]) == (1, 8)
+
+
 def test_plan_threads_never_exceed_the_gencodes_and_jobs_use_the_rest():
     plan = plan_parallelism(cores=12, memory_mb=64000, per_compile_mb=1000, budget_mb=12000, gencodes=3)
     assert (plan["slots"], plan["threads"], plan["jobs"], plan["estimated_peak_mb"]) == (12, 3, 4, 12000)
@@ -81,6 +87,7 @@ def test_user_override_reason_in_full(override, given, peak, verdict):
     ("per_compile_mb", True, "per_compile_mb must be a whole number, not a boolean"),
     ("gencodes", "many", "gencodes must be a whole number (got 'many')"),
     ("gencodes", None, "gencodes is required"),
+    ("per_compile_mb", None, "per_compile_mb is required"),
     ("jobs", 0, "sgl_kernel_build_jobs must be at least 1 (got 0)"),
     ("threads", [2], "sgl_kernel_compile_threads must be a whole number (got [2])"),
     ("budget_mb", -5, "sgl_kernel_build_memory_mb must be at least 1 (got -5)"),
@@ -174,3 +181,12 @@ def test_fingerprint_without_a_commit_says_what_to_give():
 
 def test_capability_sort():
     assert capability_sort(["12.0", "9.0", "10.0", "9.0", "8.6"]) == ["8.6", "9.0", "10.0", "12.0"]
+
+
+def test_a_gencode_with_several_codes():
+    multi = "-gencode=arch=compute_90a,code=[sm_90a,compute_90a]"
+    assert narrow_gencodes(["9.0"], [multi, SM120A], cuda_version="13.0") == ([multi], [])
+    with pytest.raises(BuildPlanError) as caught:
+        narrow_gencodes(["8.0"], [multi, SM120A], cuda_version=None)
+    # sm_90a and compute_90a sort equal, so either may come first
+    assert re.search(r"\(it compiles (sm_90a, compute_90a|compute_90a, sm_90a), sm_120a\)", str(caught.value))
