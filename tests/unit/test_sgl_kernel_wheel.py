@@ -1,9 +1,11 @@
 """module_utils/sgl_kernel_wheel.py on wheels made here (no device code in them); the released
 sglang-kernel 0.4.10 wheel is scanned in tests/integration/test_sgl_kernel_wheel_scan.py."""
 
+import os
 import zipfile
 
 import pytest
+from ansible.module_utils import sgl_kernel_wheel
 from ansible.module_utils.sgl_kernel_wheel import (
     WheelError,
     decide_install,
@@ -259,3 +261,56 @@ def test_decide_install_errors_in_full():
     with pytest.raises(WheelError) as caught:
         decide_install("Auto", FITS)
     assert str(caught.value) == "sgl_kernel_install is 'Auto'; use one of auto, wheel, source"
+
+
+@pytest.mark.parametrize("member", ["sgl_kernel/sm100/common_ops.pyd", "sgl_kernel/sm100/common_ops.dll",
+                                    "sgl_kernel/sm100/common_ops.so.1"])
+def test_every_kind_of_compiled_member_is_scanned(tmp_path, member):
+    wheel = make_code_wheel(tmp_path / "k.whl", {member: device_code((2, 120, A))})
+    assert scan_wheel(wheel, [], "2.14.1")["variants"]["sm100"]["sass"] == ["sm_120a"]
+
+
+def test_a_python_member_is_not_scanned(tmp_path):
+    wheel = make_code_wheel(tmp_path / "k.whl", {"sgl_kernel/common_ops.py": device_code((2, 120, A))})
+    assert scan_wheel(wheel, [], "2.14.1")["variants"]["root"] == {
+        "member": "sgl_kernel/common_ops.py", "sass": [], "ptx": []}
+
+
+def test_members_are_extracted_into_a_scratch_dir_of_the_workdir(tmp_path, monkeypatch):
+    scanned = []
+    real_scan_file = sgl_kernel_wheel.scan_file
+    monkeypatch.setattr(sgl_kernel_wheel, "scan_file",
+                        lambda path: scanned.append(path) or real_scan_file(path))
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    scan_wheel(make_code_wheel(tmp_path / "k.whl", RELEASE), [], "2.14.1", workdir=str(workdir))
+    assert [os.path.basename(p) for p in scanned] == ["sgl_kernel_sm100_common_ops.abi3.so",
+                                                      "sgl_kernel_sm90_common_ops.abi3.so"]
+    scratch = {os.path.dirname(p) for p in scanned}
+    assert len(scratch) == 1
+    assert os.path.dirname(scratch.pop()) == str(workdir)
+    assert os.path.basename(os.path.dirname(scanned[0])).startswith("sgl-kernel-scan-")
+
+
+def test_a_torch_mismatch_in_full(tmp_path):
+    scan = scan_wheel(make_code_wheel(tmp_path / "k.whl", {}), [], "2.11.0")
+    assert scan["problems"] == [
+        "k.whl: built for torch==2.14.1 (Requires-Dist: torch==2.14.1) but the stack has torch 2.11.0; its "
+        ".so files are ABI-tied to the exact torch and would fail to import with 'undefined symbol'"]
+
+
+def test_an_exact_local_pin_matches_only_itself():
+    assert torch_matches("2.14.1+cu130", "2.14.1+cu130") is True
+    assert torch_pin(["torch==2.9.1+XX"]) == ("2.9.1+XX", "torch==2.9.1+XX")
+
+
+def test_metadata_body_paragraphs_and_colons(tmp_path):
+    metadata = ("Metadata-Version: 2.1\nName: sglang-kernel\nVersion: 0.3.21\nSummary: caf\xe9\n"
+                "Requires-Dist: torch==2.9.1; platform_release != '5:x'\n\n"
+                "Body.\n\nRequires-Dist: torch==9.9\n")
+    path = tmp_path / "k.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("sglang_kernel-0.3.21.dist-info/METADATA", metadata.encode("latin-1"))
+    scan = scan_wheel(str(path), [], "2.9.1")
+    assert (scan["name"], scan["version"], scan["torch_pin"]) == ("sglang-kernel", "0.3.21", "2.9.1")
+    assert scan["torch_requirement"] == "torch==2.9.1; platform_release != '5:x'"
