@@ -5,9 +5,11 @@ from ansible.module_utils.cuda_arch import (
     KNOWN_CAPABILITIES,
     Arch,
     ArchError,
+    cuda_requirements,
     describe_archs,
     describe_targets,
     format_arch,
+    min_cuda_for_target,
     parse_arch,
     parse_capabilities,
     parse_capability,
@@ -108,6 +110,7 @@ def test_describe_archs():
     ("12.0", ["sm_120f", "sm_120a", "sm_120", "compute_120"]),
     ("12.1", ["sm_120f", "sm_121a", "sm_121", "compute_121"]),
     ("13.0", ["sm_130f", "sm_130a", "sm_130", "compute_130"]),  # unknown: named after itself
+    ("13.5", ["sm_135f", "sm_135a", "sm_135", "compute_135"]),  # no known x.0 in its family either
 ])
 def test_targets_for_all_run_on_the_capability(capability, targets):
     assert targets_for(capability) == targets
@@ -200,3 +203,33 @@ def test_ptx_runs_on(arch, capability, expected):
 ])
 def test_runs_on_prefers_sass_then_ptx(sass, ptx, capability, expected):
     assert runs_on(sass, ptx, capability) == expected
+
+
+def test_parse_capability_messages_in_full():
+    with pytest.raises(ArchError) as caught:
+        parse_capability(12.1)
+    assert str(caught.value) == ('capability 12.1 is a number; write it as a quoted string, e.g. "12.1" '
+                                 "(YAML turns 12.10 and 12.1 into the same float)")
+    with pytest.raises(ArchError) as caught:
+        parse_capability("9.9")
+    assert str(caught.value) == ("'9.9' is not the compute capability of any known NVIDIA GPU; known: 5.0, "
+                                 "5.2, 5.3, 6.0, 6.1, 6.2, 7.0, 7.2, 7.5, 8.0, 8.6, 8.7, 8.8, 8.9, 9.0, "
+                                 "10.0, 10.3, 11.0, 12.0, 12.1")
+
+
+@pytest.mark.parametrize(("target", "message"), [
+    ("sm_80a", "`a` targets exist for capabilities 9.0 and later (use sm_80)"),
+    ("compute_89a", "`a` targets exist for capabilities 9.0 and later (use sm_89)"),
+    ("sm_90f", "`f` targets exist for capabilities 10.0 and later (use sm_90)"),
+    ("sm_75f", "`f` targets exist for capabilities 10.0 and later (use sm_75)"),
+])
+def test_a_target_that_does_not_exist_says_which_do(target, message):
+    with pytest.raises(ArchError) as caught:
+        min_cuda_for_target(target)
+    assert str(caught.value) == f"{target!r} is not a CUDA target: {message}"
+
+
+@pytest.mark.parametrize(("capability", "max_major"), [
+    ("7.2", 12), ("7.5", None), ("8.0", None), ("5.0", 12)])
+def test_cuda_13_drops_capabilities_below_turing(capability, max_major):
+    assert cuda_requirements([capability])["max_major"] == max_major

@@ -4,9 +4,8 @@ import os
 import sys
 
 import pytest
-from ansible.module_utils import bounded_run
-from ansible.module_utils.python_probe import MARKER, ProbeError, resolve_python, run_probe
-from processes import kill_pid_in
+from ansible.module_utils import bounded_run, python_probe
+from ansible.module_utils.python_probe import MARKER, PRELUDE, ProbeError, resolve_python, run_probe
 
 
 def test_answer_survives_noise_on_stdout():
@@ -74,26 +73,6 @@ def test_bad_timeout(timeout):
         run_probe(sys.executable, "answer({})\n", timeout=timeout)
 
 
-# Fast versions of the timeout tests in tests/integration/test_bounded_waits.py (short timeout and grace).
-
-def test_timeout_is_a_probe_error_with_the_stderr_so_far_and_what_was_left_behind(tmp_path, monkeypatch):
-    monkeypatch.setattr(bounded_run, "KILL_GRACE", 0.3)
-    pid_file = tmp_path / "escaped.pid"
-    script = ("sys.stderr.write('importing torch'); sys.stderr.flush()\nimport subprocess, time\n"
-              f"subprocess.Popen(['sh', '-c', 'setsid sleep 30 & echo $! > {pid_file}']).wait()\n"
-              "time.sleep(600)\n")
-    try:
-        with pytest.raises(ProbeError) as caught:
-            run_probe(sys.executable, script, timeout=1, what="the hang probe")
-    finally:
-        kill_pid_in(pid_file)
-    assert str(caught.value) == (
-        f"the hang probe in {os.path.abspath(sys.executable)} did not finish within 1 s and was killed (a "
-        "hung import or CUDA initialisation?); raise timeout if the host is just slow; a process it started "
-        "outside its session (setsid) survived the kill and still holds its output open; left behind; "
-        "stderr: importing torch")
-
-
 def test_resolve_python_messages_in_full(tmp_path, monkeypatch):
     missing = str(tmp_path / "bin" / "python")
     cases = [
@@ -125,3 +104,58 @@ def test_only_the_end_of_a_long_error_is_kept(text, shown):
     with pytest.raises(ProbeError) as caught:
         run_probe(sys.executable, f"sys.stderr.write({text!r})\nsys.exit(3)\n")
     assert str(caught.value).endswith(f"exited with status 3 without an answer; output: {shown}")
+
+
+def test_the_default_name_of_a_probe_in_its_errors():
+    expected = rf"^probe in {sys.executable} exited with status 3 without an answer$"
+    with pytest.raises(ProbeError, match=expected):
+        run_probe(sys.executable, "sys.exit(3)\n")
+
+
+def test_an_interpreter_that_cannot_be_started(tmp_path):
+    garbage = tmp_path / "python"
+    garbage.write_bytes(b"\x00\x01 not an executable format\n")
+    garbage.chmod(0o755)
+    with pytest.raises(ProbeError, match=rf"^cannot start {garbage}: \[Errno 8\] Exec format error"):
+        run_probe(str(garbage), "answer({})\n")
+
+
+def test_undecodable_output_is_shown_replaced():
+    script = "sys.stdout.flush()\nos.write(1, b'out \\xff')\nos.write(2, b'err \\xfe')\nsys.exit(3)\n"
+    with pytest.raises(ProbeError, match=r"exited with status 3 without an answer; output: err \ufffd$"):
+        run_probe(sys.executable, "import os\n" + script)
+    with pytest.raises(ProbeError, match=r"exited with status 3 without an answer; output: out \ufffd$"):
+        run_probe(sys.executable, "import os\nsys.stdout.flush()\nos.write(1, b'out \\xff')\nsys.exit(3)\n")
+
+
+def test_an_answer_after_undecodable_noise():
+    assert run_probe(sys.executable, "import os\nos.write(1, b'\\xff\\n')\nanswer({'ok': 1})\n") == {"ok": 1}
+
+
+def test_the_started_marker_is_not_shown_as_output():
+    with pytest.raises(ProbeError, match=r"exited with status 3 without an answer; output: half done$"):
+        run_probe(sys.executable, "print('half done')\nsys.exit(3)\n")
+
+
+# The message of a timeout, for each combination of what run_bounded reports. A stand-in for run_bounded
+# raises RunTimeout at once (after checking what it was asked to run); the real kill, of a probe that
+# hangs and of one whose helper escapes its session, is timed in tests/integration/test_bounded_waits.py.
+@pytest.mark.parametrize(("stderr", "leftover", "tail"), [
+    (b"", None, ""),
+    (b"  \n", None, ""),
+    (b"loading \xff", None, "; stderr: loading \ufffd"),
+    (b"", "it was left behind", "; it was left behind"),
+    (b"x", "it was left behind", "; it was left behind; stderr: x"),
+])
+def test_timeout_message_parts(monkeypatch, stderr, leftover, tail):
+    def hangs(argv, timeout, input=None, cwd=None):
+        assert (argv, timeout, cwd) == ([os.path.abspath(sys.executable), "-", "a", "2"], 7, "/")
+        assert input == (PRELUDE + "answer({})\n").encode()
+        raise bounded_run.RunTimeout(argv, timeout, b"", stderr, leftover)
+
+    monkeypatch.setattr(python_probe, "run_bounded", hangs)
+    with pytest.raises(ProbeError) as caught:
+        run_probe(sys.executable, "answer({})\n", args=["a", 2], timeout=7)
+    assert str(caught.value) == (
+        f"probe in {os.path.abspath(sys.executable)} did not finish within 7 s and was killed (a hung "
+        f"import or CUDA initialisation?); raise timeout if the host is just slow{tail}")
