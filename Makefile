@@ -54,8 +54,11 @@ pytest: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # No unit test uses hypothesis, whose pytest plugin imports it at the end of every run (~0.9 s of CPU).
+# Most of the suite's wall time is bounded waits (timeouts that must really expire: bounded_run, the
+# readiness poll, hung nvidia-smi), not CPU, so 4 xdist workers overlap them even on 2 cores.
+UNIT_WORKERS ?= 4
 unit: setup
-	$(BIN)/python -m pytest tests/unit -p no:hypothesispytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/unit -p no:hypothesispytest -n $(UNIT_WORKERS) $(PYTEST_ARGS)
 
 integration: setup
 	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
