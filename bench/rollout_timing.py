@@ -40,7 +40,7 @@ def main() -> int:
     parser.add_argument("--serial", default="1", help="rolling_rebuild_serial (a number or a percentage)")
     options = parser.parse_args()
     ensure_base()
-    fleet = Fleet(f"rrbench{os.getpid() % 10**6}")
+    fleet = Fleet(f"rb{os.getpid() % 10**6}")
     try:
         fleet.up(4, owner_pid=os.getpid())
         with tempfile.TemporaryDirectory(prefix="rollout-bench-") as tmp:
