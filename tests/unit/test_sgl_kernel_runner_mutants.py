@@ -119,7 +119,8 @@ def test_kill_session_kills_the_group_then_the_marked(monkeypatch):
 
     monkeypatch.setattr(runner.os, "killpg", killpg)
     monkeypatch.setattr(runner.os, "kill", kill)
-    monkeypatch.setattr(runner, "build_processes", lambda sid, marker=None: {7: 1, 8: 2} if marker else {})
+    monkeypatch.setattr(runner, "build_processes",
+                        lambda sid, marker=None: {7: 1, 8: 2} if marker and sid == 5 else {})
     runner._kill_session(5, "m")
     assert calls == [("killpg", 5, signal.SIGKILL), ("kill", 7, signal.SIGKILL), ("kill", 8, signal.SIGKILL)]
     calls.clear()
@@ -200,10 +201,13 @@ def test_setup_cgroup_v1_limit_that_cannot_be_read_back(v1, monkeypatch):
 @pytest.fixture
 def v2(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "V2_ROOT", str(tmp_path))
-    monkeypatch.setattr(runner.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(runner.shutil, "which",
+                        lambda name: "/usr/bin/systemd-run" if name == "systemd-run" else None)
     real_isdir = os.path.isdir
     monkeypatch.setattr(runner.os.path, "isdir", lambda p: p == "/run/systemd/system" or real_isdir(p))
-    monkeypatch.setattr(runner.time, "sleep", lambda seconds: None)
+    sleeps = []
+    monkeypatch.setattr(runner.time, "sleep", sleeps.append)
+    monkeypatch.setattr(runner, "SLEEPS", sleeps, raising=False)
     (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
     return tmp_path
 
@@ -262,6 +266,7 @@ CGROUP = f"1:name=systemd:/x\n0::/system.slice/sgl-kernel-probe-{os.getpid()}.sc
 def test_probe_cgroup_v2_reads_the_limit_back(v2, monkeypatch):
     log = probe_with(monkeypatch, (0, CGROUP, ""), "1048576")
     assert runner.probe_cgroup_v2(1048576) == (True, "systemd scope memory.max reads back 1048576")
+    assert runner.SLEEPS == [0.1]
     unit = f"sgl-kernel-probe-{os.getpid()}"
     assert log == [
         ("run", ["systemd-run", "--quiet", "--scope", f"--unit={unit}", "-p", "MemoryMax=1048576", "--",
@@ -487,8 +492,9 @@ def test_run_limited_inherits_the_environment(launch, monkeypatch):
 def test_run_limited_a_log_in_the_current_directory(launch, monkeypatch, tmp_path):
     run, _calls = launch
     monkeypatch.chdir(tmp_path)
-    run(FakeProcess(0), mechanisms=("watchdog",), log_path="build.log")
+    run(FakeProcess(0), mechanisms=("watchdog",), log_path="build.log", status_path="s.json")
     assert (tmp_path / "build.log").read_text().startswith("== ")
+    assert sorted(os.listdir(tmp_path)) == ["build.log", "s.json"]
 
 
 def test_status_file_round_trip(tmp_path):
@@ -523,3 +529,51 @@ def test_log_tail(tmp_path):
     assert runner.log_tail(str(log), lines=2) == ["line 39", "y" * 300]
     log.write_text("old\n" + "z" * 17000 + "\nnew\n")
     assert runner.log_tail(str(log)) == ["z" * 300, "new"]
+
+
+def test_run_limited_names_every_mechanism_tried(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "probe_cgroup_v2", lambda limit: (False, "no systemd"))
+    monkeypatch.setattr(runner, "setup_cgroup_v1", lambda name, limit: (None, "no v1"))
+    with pytest.raises(runner.LimitError) as info:
+        runner.run_limited(["make"], log_path=str(tmp_path / "log"), status_path=str(tmp_path / "s"),
+                           limit_bytes=1, timeout=1, mechanisms=("cgroup-v2", "cgroup-v1"))
+    assert str(info.value) == "no memory limit can be enforced: cgroup-v2: no systemd; cgroup-v1: no v1"
+
+
+def test_run_limited_status_keys_and_default_name(tmp_path, monkeypatch):
+    calls = []
+
+    def popen(argv, **kwargs):
+        calls.append(kwargs)
+        return FakeProcess(0)
+
+    monkeypatch.setattr(runner.subprocess, "Popen", popen)
+    monkeypatch.setattr(runner.time, "sleep", lambda seconds: None)
+    status = runner.run_limited(["make"], log_path=str(tmp_path / "log"), status_path=str(tmp_path / "s"),
+                                limit_bytes=1, timeout=1, mechanisms=("watchdog",))
+    assert sorted(status) == ["argv", "finished", "killed_by", "limit_bytes", "limit_detail", "log",
+                              "mechanism", "peak_bytes", "pid", "rc", "started", "timeout"]
+    assert status["log"] == str(tmp_path / "log")
+    assert (status["rc"], status["pid"]) == (0, 999_999_999)
+    assert status["finished"] is not None
+    assert calls[0]["env"][runner.BUILD_MARKER].startswith(f"build-{os.getpid()}-")
+
+
+def test_log_tail_reads_the_last_16_kib_exactly(tmp_path):
+    log = tmp_path / "log"
+    log.write_bytes(b"abc\n")
+    assert runner.log_tail(str(log)) == ["abc"]
+    log.write_bytes(b"ab\n" + b"c" * 16381 + b"\n")  # 16385 bytes: the tail starts at the b
+    assert runner.log_tail(str(log)) == ["b", "c" * 300]
+    log.write_bytes(b"\xff ok\n")
+    assert runner.log_tail(str(log)) == ["\ufffd ok"]
+
+
+def test_progress_reads_the_last_64_kib_exactly(tmp_path):
+    log = tmp_path / "log"
+    log.write_bytes(b"[1/2] a\n")
+    assert runner.progress(str(log)) == ("[1/2]", "[1/2] a")
+    log.write_bytes(b"[1/2]" + b"y" * 65532)  # 65537 bytes: the tail starts after the [
+    assert runner.progress(str(log)) == (None, "1/2]" + "y" * 196)
+    log.write_bytes(b"[3/4] \xff\n")
+    assert runner.progress(str(log)) == ("[3/4]", "[3/4] \ufffd")
