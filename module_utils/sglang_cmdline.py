@@ -210,7 +210,7 @@ def render(model, capabilities=(), group_hosts=(), *, hostname="", rank0_address
     return {"args": args, "env": env, "rank": rank, "nnodes": nnodes, "serves_http": rank == 0}
 
 
-_SAFE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+_SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
 
 
 def systemd_quote(argv):
@@ -218,8 +218,10 @@ def systemd_quote(argv):
     words = []
     for raw in argv:
         word = raw.replace("%", "%%")
-        if _SAFE.match(word):
+        if _SAFE.fullmatch(word):
             words.append(word)
         else:
-            words.append('"' + word.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$") + '"')
+            quoted = word.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$")
+            # a unit file line ends at a line break, quotes or not: systemd reads the C escape back
+            words.append('"' + quoted.replace("\n", "\\n").replace("\r", "\\r") + '"')
     return " ".join(words)

@@ -70,3 +70,9 @@ def test_systemd_quote_round_trips(argv):
     line = systemd_quote(argv)
     assert shlex.split(line.replace("$$", "\0").replace("%%", "%").replace("\0", "$")) == argv
     assert "$" not in line.replace("$$", "")
+
+
+def test_systemd_quote_never_lets_a_line_break_into_the_unit_line():
+    # "$" in a regex matches before a trailing newline: "x\n" once passed as a safe word and cut ExecStart=
+    assert systemd_quote(["x\n", "a\r\nb"]) == '"x\\n" "a\\r\\nb"'
+    assert "\n" not in systemd_quote(["--chat-template", "line one\nline two"])

@@ -252,7 +252,7 @@ def test_multinode_render():
     (["back\\slash"], '"back\\\\slash"'),
     (["50% off"], '"50%% off"'),
     ([""], '""'),
-    (["x\ny"], '"x\ny"'),
+    (["x\ny"], '"x\\ny"'),                   # a line break is written as its C escape
 ])
 def test_systemd_quote_exact(argv, line):
     assert systemd_quote(argv) == line
