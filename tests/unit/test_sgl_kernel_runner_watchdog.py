@@ -51,7 +51,8 @@ def test_marked_processes_of_other_sessions_are_the_builds(spawn):
     assert found[marked.pid] > 0
     assert runner.build_processes(session_id=999999999) == {}
     assert runner.build_processes(session_id=999999999, marker="") == {}
-    assert runner.session_rss(999999999, "build-1") == found[marked.pid]
+    # RSS is read twice, at two moments: a just-exec'd process may still fault pages in between
+    assert abs(runner.session_rss(999999999, "build-1") - found[marked.pid]) <= found[marked.pid] // 10
 
 
 def test_the_session_is_the_builds(spawn):
@@ -59,7 +60,8 @@ def test_the_session_is_the_builds(spawn):
     settle(leader)
     found = runner.build_processes(leader.pid)
     assert list(found) == [leader.pid]
-    assert runner.session_rss(leader.pid) == found[leader.pid] > 0
+    assert found[leader.pid] > 0
+    assert abs(runner.session_rss(leader.pid) - found[leader.pid]) <= found[leader.pid] // 10
 
 
 def test_kill_stops_the_session_and_the_marked_processes(spawn):
