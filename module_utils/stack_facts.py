@@ -110,10 +110,9 @@ def collect(stack_root, nvcc=None, unit_paths=(), nvidia_smi=None, timeout=120):
         "sgl_kernel": {"package": None, "version": None,
                        "build_fingerprint": kernel_record.get("fingerprint")},
         "sglang": {"version": None},
-        "unit": {"path": None, "sha256": None},
+        "unit": unit_facts(unit_paths),
         "distributions": [],
     }
-    facts["unit"] = unit_facts(unit_paths)
     if not directory:
         return facts
     python = os.path.join(directory, "bin", "python")

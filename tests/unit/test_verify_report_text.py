@@ -60,6 +60,11 @@ def test_table_widths_follow_the_longest_cell_and_the_rule_stops_at_40():
     assert lines[3] == "1 of 1 hosts passed"
 
 
+def test_the_detail_column_is_90_wide_by_default():
+    report = summarize({"h": [{"check": "gpu", "status": "ok", "detail": "d" * 91}]})
+    assert render_table(report).splitlines()[2] == "h     gpu    OK      " + "d" * 89 + "…"
+
+
 def test_a_detail_as_long_as_the_column_is_kept_whole():
     report = summarize({"h": [{"check": "gpu", "status": "ok", "detail": "0123456789"}]})
     assert render_table(report, detail_width=10).splitlines()[2].endswith("  0123456789")
@@ -171,6 +176,10 @@ def test_environment_sentences():
     found = checks(scan={"missing": many, "counts": {"with_device_code": 9}}, scan_ignore=["skip_me"])
     assert found["environment"] == ("warn", "7 of 9 CUDA binaries cannot run here: /e/lib0.so, /e/lib1.so, "
                                             "/e/lib2.so, /e/lib3.so, /e/lib4.so and 2 more")
+    six = {"12.0": [f"/e/lib{i}.so" for i in range(6)]}
+    assert checks(scan={"missing": six})["environment"] == (
+        "warn", "6 of 0 CUDA binaries cannot run here: /e/lib0.so, /e/lib1.so, /e/lib2.so, /e/lib3.so, "
+                "/e/lib4.so and 1 more")
     five = {"12.0": [f"/e/lib{i}.so" for i in range(5)]}
     assert checks(scan={"missing": five})["environment"] == (
         "warn", "5 of 0 CUDA binaries cannot run here: /e/lib0.so, /e/lib1.so, /e/lib2.so, /e/lib3.so, "
@@ -187,6 +196,9 @@ def test_service_and_gateway_sentences():
     assert found["gateway"] == ("ok", "http://h:2/health answered 200")
     assert checks(gateway={"status": 0, "url": "u", "msg": "timed out"})["gateway"] == (
         "fail", "u did not answer: timed out")
+    # any positive status is an answer (the uri module says -1 or 0 when nothing answered)
+    assert checks(gateway={"status": 1, "url": "u", "msg": "m"})["gateway"] == ("fail", "u answered 1")
+    assert checks(gateway={"status": -1, "url": "u", "msg": "m"})["gateway"] == ("fail", "u did not answer: m")
 
 
 def test_drift_sentences():
