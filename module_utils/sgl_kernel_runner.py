@@ -139,7 +139,8 @@ def build_processes(session_id, marker=None):
         stat = _read(f"/proc/{entry}/stat")
         if not stat:
             continue
-        fields = stat.rsplit(")", 1)[-1].split()  # from the state on: [3] is the session, [21] the rss
+        # the fields after the name, from the state on: [3] is the session, [21] the rss
+        fields = stat.rsplit(")", 1)[-1].split()
         if len(fields) > 21 and (fields[3] == str(session_id) or (marker and _marked(entry, marker))):
             found[int(entry)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
     return found
