@@ -42,8 +42,9 @@ class LimitError(Exception):
 
 
 def _read(path):
+    # errors="replace": /proc/<pid>/stat holds the process name, cut at 15 bytes, maybe inside a character
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8", errors="replace") as handle:
             return handle.read().strip()
     except OSError:
         return None
@@ -138,8 +139,9 @@ def build_processes(session_id, marker=None):
         stat = _read(f"/proc/{entry}/stat")
         if not stat:
             continue
+        # the fields after the name, from the state on: [3] is the session, [21] the rss
         fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 22 and (fields[3] == str(session_id) or (marker and _marked(entry, marker))):
+        if len(fields) > 21 and (fields[3] == str(session_id) or (marker and _marked(entry, marker))):
             found[int(entry)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
     return found
 

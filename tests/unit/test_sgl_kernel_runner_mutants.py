@@ -6,9 +6,12 @@ decisions with a stand-in process (no build runs, nothing sleeps), the status fi
 
 from __future__ import annotations
 
+import ctypes
 import io
 import json
+import locale
 import os
+import re
 import signal
 import subprocess
 
@@ -577,3 +580,147 @@ def test_progress_reads_the_last_64_kib_exactly(tmp_path):
     assert runner.progress(str(log)) == (None, "1/2]" + "y" * 196)
     log.write_bytes(b"[3/4] \xff\n")
     assert runner.progress(str(log)) == ("[3/4]", "[3/4] \ufffd")
+
+
+# --- m_runner: what the fourth mutation run found -------------------------------------------------------
+
+@pytest.fixture
+def c_locale():
+    """The process's LC_CTYPE set to C (ASCII) for the test: open() without an encoding then decodes ASCII."""
+    saved = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    yield
+    locale.setlocale(locale.LC_CTYPE, saved)
+
+
+def test_read_decodes_utf8_whatever_the_locale(tmp_path, c_locale):
+    (tmp_path / "f").write_bytes("café\n".encode())
+    assert runner._read(str(tmp_path / "f")) == "café"
+
+
+def test_read_replaces_what_is_not_utf8(tmp_path):
+    (tmp_path / "f").write_bytes(b"12 (\xc3) S\n")
+    assert runner._read(str(tmp_path / "f")) == "12 (\ufffd) S"
+
+
+@pytest.fixture
+def own_name():
+    """Set this process's name (/proc/self/stat's comm, 15 bytes at most) for the test."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open("/proc/self/comm", "rb") as handle:
+        saved = handle.read().rstrip(b"\n")
+
+    def set_name(name):
+        assert libc.prctl(15, ctypes.c_char_p(name), 0, 0, 0) == 0  # PR_SET_NAME
+
+    yield set_name
+    set_name(saved)
+
+
+def test_build_processes_of_a_process_whose_name_is_cut_inside_a_character(own_name):
+    # an executable named "ééééééééé" runs as 15 bytes of it: the last é is cut in half
+    own_name("ééééééééé".encode())
+    with open("/proc/self/stat", "rb") as handle:
+        assert b" (" + "ééééééé".encode() + b"\xc3) " in handle.read()
+    found = runner.build_processes(os.getsid(0))
+    assert found[os.getpid()] > 0
+
+
+def test_build_processes_skips_a_stat_line_it_cannot_read(fake_proc):
+    fake_proc.update({"10": stat_line(10, 10, 5), "15": "15 garbage without a name"})
+    assert runner.build_processes(10) == {10: 5 * PAGE}
+
+
+def test_build_processes_needs_the_fields_up_to_the_rss(fake_proc):
+    whole = stat_line(10, 10, 5).split()
+    # the fields after the name: state ... rss are 22, the rest (rsslim and on) is not needed
+    fake_proc.update({"10": " ".join(whole[:2 + 22]), "11": " ".join(whole[:2 + 21]).replace("10", "11", 1)})
+    assert runner.build_processes(10) == {10: 5 * PAGE}
+
+
+@pytest.mark.parametrize("parent", ["system.slice", "user.slice/user-0.slice", "X11:0.slice/app.slice"])
+def test_probe_cgroup_v2_finds_the_twin_scope_next_to_the_probe(v2, monkeypatch, parent):
+    unit = f"sgl-kernel-probe-{os.getpid()}"
+    cgroup = f"1:name=systemd:/x\n0::/{parent}/{unit}.scope\n"
+    probe_with(monkeypatch, (0, cgroup, ""), None)
+    scope = v2 / parent / f"{unit}-b.scope"
+    scope.mkdir(parents=True)
+    (scope / "memory.max").write_text("4096\n")
+    assert runner.probe_cgroup_v2(4096) == (True, "systemd scope memory.max reads back 4096")
+
+
+def test_probe_cgroup_v2_waits_five_seconds_for_the_twin_scope(v2, monkeypatch):
+    probe_with(monkeypatch, (0, CGROUP, ""), None)
+    clock = iter([100.0, 100.0, 101.0, 102.0, 103.0, 104.0, 104.99, 105.0, 106.0, 107.0])
+    monkeypatch.setattr(runner.time, "monotonic", lambda: next(clock))
+    assert runner.probe_cgroup_v2(4096) == (
+        False, "MemoryMax=4096 was accepted but the scope's memory.max reads None")
+    assert runner.SLEEPS == [0.1] * 6  # read at 100 .. 104.99, not at 105
+
+
+def test_run_limited_log_header_comes_before_the_builds_output(monkeypatch, tmp_path):
+    def popen(argv, **kwargs):
+        os.write(kwargs["stdout"].fileno(), b"first line of the build\n")
+        return FakeProcess(0)
+
+    monkeypatch.setattr(runner.subprocess, "Popen", popen)
+    monkeypatch.setattr(runner.time, "sleep", lambda seconds: None)
+    runner.run_limited(["make", "-j2"], log_path=str(tmp_path / "log"), status_path=str(tmp_path / "s"),
+                       limit_bytes=1 << 30, timeout=100, mechanisms=("watchdog",))
+    header, output = (tmp_path / "log").read_text().splitlines()
+    assert re.fullmatch(r"== \d{4}-\d\d-\d\d \d\d:\d\d:\d\d make -j2", header)
+    assert output == "first line of the build"
+
+
+def test_run_limited_counts_the_session_without_the_marker(launch, fake_proc, monkeypatch):
+    # the build's own process, in its own session, whose environment no longer holds the marker
+    fake_proc.update({"999999999": stat_line(999_999_999, 999_999_999, (2 << 30) // PAGE)})
+    killed = []
+    monkeypatch.setattr(runner, "_kill_session", lambda pid, marker=None: killed.append(pid))
+    run, _calls = launch
+    status = run(FakeProcess(-9, polls=1), mechanisms=("watchdog",))
+    assert status["killed_by"] == "watchdog: the build's processes used 2048 MiB > limit"
+    assert killed == [999_999_999]
+
+
+def test_run_limited_timeout_is_after_the_timeout_not_at_it(launch, monkeypatch):
+    run, _calls = launch
+    times = [1000.0, 1100.0]
+    monkeypatch.setattr(runner.time, "monotonic", lambda: times.pop(0) if len(times) > 1 else times[0])
+    monkeypatch.setattr(runner, "session_rss", lambda pid, marker=None: 0)
+    status = run(FakeProcess(0, polls=2), mechanisms=("watchdog",), timeout=100)
+    assert (status["rc"], status["killed_by"]) == (0, None)
+
+
+def marked_outside(monkeypatch):
+    """build_processes answering that pid 4242 (a daemonized sccache server) carries the build's marker;
+    returns the list of the pids os.kill was given."""
+    killed = []
+    monkeypatch.setattr(runner, "build_processes", lambda session, marker=None: (
+        {4242: 1} if marker and marker.startswith(f"kern-{os.getpid()}-") else {}))
+    monkeypatch.setattr(runner.os, "killpg", lambda pid, sig: killed.append(("group", pid)))
+    monkeypatch.setattr(runner.os, "kill", lambda pid, sig: killed.append(pid))
+    return killed
+
+
+def test_run_limited_timeout_kills_the_marked_processes_too(launch, monkeypatch):
+    killed = marked_outside(monkeypatch)
+    times = [1000.0, 1101.0]
+    monkeypatch.setattr(runner.time, "monotonic", lambda: times.pop(0) if len(times) > 1 else times[0])
+    run, _calls = launch
+    status = run(FakeProcess(-9, polls=1), mechanisms=("watchdog",), timeout=100)
+    assert status["killed_by"] == "timeout: the build ran longer than 100 s"
+    assert killed == [("group", 999_999_999), 4242]
+
+
+def test_run_limited_interrupted_kills_the_marked_processes_too(launch, monkeypatch):
+    killed = marked_outside(monkeypatch)
+    run, _calls = launch
+
+    def interrupted(pid, marker=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "session_rss", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run(FakeProcess(-9, polls=5), mechanisms=("watchdog",))
+    assert killed == [("group", 999_999_999), 4242]
