@@ -102,8 +102,12 @@ def fetchcontent_dependencies(text):
 
 
 def fetchcontent_source_var(name):
-    """CMake's cache variable for a pre-fetched source dir: FETCHCONTENT_SOURCE_DIR_<UPPER NAME>."""
-    return "FETCHCONTENT_SOURCE_DIR_" + re.sub(r"[^A-Za-z0-9_]", "_", name).upper()
+    """CMake's cache variable for a pre-fetched source dir: FETCHCONTENT_SOURCE_DIR_<UPPER NAME>.
+
+    FetchContent only upper-cases the name (``string(TOUPPER)``): "repo-cutlass" is read from
+    FETCHCONTENT_SOURCE_DIR_REPO-CUTLASS, and a variable with ``_`` for ``-`` is ignored (CMake downloads).
+    """
+    return "FETCHCONTENT_SOURCE_DIR_" + name.upper()
 
 
 def resolve_url(url, variables):

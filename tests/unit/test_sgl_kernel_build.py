@@ -172,13 +172,13 @@ def test_fetchcontent_dependencies_are_read_from_the_cmakelists():
          "git_tag": "11.1.4"}]
     assert resolve_url(deps[0]["url"], {"GITHUB_ARTIFACTORY": "10.0.0.1:8000/gh"}) == \
         "https://10.0.0.1:8000/gh/NVIDIA/cutlass/archive/57e3cfb4.tar.gz"
-    assert fetchcontent_source_var("repo-flash-attention") == "FETCHCONTENT_SOURCE_DIR_REPO_FLASH_ATTENTION"
+    assert fetchcontent_source_var("repo-flash-attention") == "FETCHCONTENT_SOURCE_DIR_REPO-FLASH-ATTENTION"
 
 
 def test_offline_defines_use_mirror_and_prefetched_dirs():
     deps = fetchcontent_dependencies(CMAKE)
     assert offline_cmake_defines(deps, "mirror.local/gh/", {"repo-fmt": "/srv/fmt"}) == [
-        "-DGITHUB_ARTIFACTORY=mirror.local/gh", "-DFETCHCONTENT_SOURCE_DIR_REPO_FMT=/srv/fmt"]
+        "-DGITHUB_ARTIFACTORY=mirror.local/gh", "-DFETCHCONTENT_SOURCE_DIR_REPO-FMT=/srv/fmt"]
     # a git dependency cannot come from the tarball mirror: it must be named
     with pytest.raises(BuildPlanError, match="repo-fmt would be downloaded"):
         offline_cmake_defines(deps, "mirror.local/gh")

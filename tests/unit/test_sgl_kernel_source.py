@@ -59,7 +59,7 @@ def test_offline_is_required(tmp_path):
         prepare_source(str(package), ["12.0"], "13.0", "2.14.1", "c0ffee")
     plan = prepare_source(str(package), ["12.0"], "13.0", "2.14.1", "c0ffee",
                           prefetched={"repo-tinydep": "/srv/tinydep"})
-    assert plan["cmake_defines"]["FETCHCONTENT_SOURCE_DIR_REPO_TINYDEP"] == "/srv/tinydep"
+    assert plan["cmake_defines"]["FETCHCONTENT_SOURCE_DIR_REPO-TINYDEP"] == "/srv/tinydep"
 
 
 def test_not_a_source_dir(tmp_path):

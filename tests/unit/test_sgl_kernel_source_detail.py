@@ -174,7 +174,7 @@ def test_capabilities_are_sorted_and_unique_in_the_plan(tmp_path):
 
 def test_prefetched_sources_are_defines_not_flags(tmp_path):
     plan = prepare(make_source(tmp_path, "new"), mirror_url="", prefetched={"repo-tinydep": "/srv/t"})
-    assert plan["cmake_defines"]["FETCHCONTENT_SOURCE_DIR_REPO_TINYDEP"] == "/srv/t"
+    assert plan["cmake_defines"]["FETCHCONTENT_SOURCE_DIR_REPO-TINYDEP"] == "/srv/t"
     assert not any(f.startswith("FETCHCONTENT") for f in plan["fingerprint_inputs"]["flags"])
     assert plan["dependencies"][0]["name"] == "repo-tinydep"
 
