@@ -13,6 +13,10 @@ from ansible.module_utils import sgl_kernel_runner as runner
 
 HOLD = ["sleep", "30"]
 
+# Markers are looked up over every process on the host: a fixed one would also find the processes of
+# this test running at the same time elsewhere (another worktree, a mutmut run), so each run has its own.
+RUN = f"test-{os.getpid()}"
+
 
 @pytest.fixture
 def spawn():
@@ -56,17 +60,17 @@ def settle(process):
 
 
 def test_marked_processes_of_other_sessions_are_the_builds(spawn):
-    marked = spawn(HOLD, **{runner.BUILD_MARKER: "build-1"})
-    other_build = spawn(HOLD, **{runner.BUILD_MARKER: "build-10"})
+    marked = spawn(HOLD, **{runner.BUILD_MARKER: f"{RUN}-build-1"})
+    other_build = spawn(HOLD, **{runner.BUILD_MARKER: f"{RUN}-build-10"})
     unmarked = spawn(HOLD)
     for process in (marked, other_build, unmarked):
         settle(process)
-    found = runner.build_processes(session_id=999999999, marker="build-1")
+    found = runner.build_processes(session_id=999999999, marker=f"{RUN}-build-1")
     assert list(found) == [marked.pid]
     assert found[marked.pid] > 0
     assert runner.build_processes(session_id=999999999) == {}
     assert runner.build_processes(session_id=999999999, marker="") == {}
-    assert abs(runner.session_rss(999999999, "build-1") - found[marked.pid]) <= found[marked.pid] // 10
+    assert abs(runner.session_rss(999999999, f"{RUN}-build-1") - found[marked.pid]) <= found[marked.pid] // 10
 
 
 def test_the_session_is_the_builds(spawn):
@@ -80,11 +84,11 @@ def test_the_session_is_the_builds(spawn):
 
 def test_kill_stops_the_session_and_the_marked_processes(spawn):
     leader = spawn(HOLD)
-    marked = spawn(HOLD, **{runner.BUILD_MARKER: "build-2"})
-    bystander = spawn(HOLD, **{runner.BUILD_MARKER: "build-3"})
+    marked = spawn(HOLD, **{runner.BUILD_MARKER: f"{RUN}-build-2"})
+    bystander = spawn(HOLD, **{runner.BUILD_MARKER: f"{RUN}-build-3"})
     for process in (leader, marked, bystander):
         settle(process)
-    runner._kill_session(leader.pid, "build-2")
+    runner._kill_session(leader.pid, f"{RUN}-build-2")
     assert leader.wait(timeout=5) == -9
     assert marked.wait(timeout=5) == -9
     assert bystander.poll() is None
