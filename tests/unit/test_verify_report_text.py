@@ -198,7 +198,8 @@ def test_service_and_gateway_sentences():
         "fail", "u did not answer: timed out")
     # any positive status is an answer (the uri module says -1 or 0 when nothing answered)
     assert checks(gateway={"status": 1, "url": "u", "msg": "m"})["gateway"] == ("fail", "u answered 1")
-    assert checks(gateway={"status": -1, "url": "u", "msg": "m"})["gateway"] == ("fail", "u did not answer: m")
+    assert checks(gateway={"status": -1, "url": "u", "msg": "m"})["gateway"] == (
+        "fail", "u did not answer: m")
 
 
 def test_drift_sentences():
