@@ -29,14 +29,29 @@ def spawn():
         process.wait()
 
 
+def _state_and_rss(pid):
+    """(state letter, resident pages) of a process, from /proc/<pid>/stat and statm."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+        state = handle.read().rsplit(")", 1)[1].split()[0]
+    with open(f"/proc/{pid}/statm", encoding="ascii") as handle:
+        return state, int(handle.read().split()[1])
+
+
 def settle(process):
-    """Wait until the child runs its own program (its environ and RSS are then the program's)."""
+    """Wait until the child runs its own program and sleeps in it: its environ and RSS are then the
+    program's. A child whose cmdline already says `sleep` may still be in the dynamic loader, with a
+    fraction of its final RSS (128 KiB against 1.6 MiB seen under load), so it must also be asleep
+    (state S) with the same RSS on two reads."""
     deadline = time.monotonic() + 10
+    last = None
     while time.monotonic() < deadline:
         with open(f"/proc/{process.pid}/cmdline", "rb") as handle:
-            if handle.read().startswith(b"sleep"):
-                return
-        time.sleep(0.01)
+            started = handle.read().startswith(b"sleep")
+        now = _state_and_rss(process.pid) if started else None
+        if now is not None and now[0] == "S" and now == last:
+            return
+        last = now
+        time.sleep(0.02)
     raise AssertionError("the child never started")
 
 
@@ -51,7 +66,6 @@ def test_marked_processes_of_other_sessions_are_the_builds(spawn):
     assert found[marked.pid] > 0
     assert runner.build_processes(session_id=999999999) == {}
     assert runner.build_processes(session_id=999999999, marker="") == {}
-    # RSS is read twice, at two moments: a just-exec'd process may still fault pages in between
     assert abs(runner.session_rss(999999999, "build-1") - found[marked.pid]) <= found[marked.pid] // 10
 
 
