@@ -1,5 +1,6 @@
 """Role sgl_kernel on this machine (connection local, root): auto mode refusing the released wheel for
-a stack with another torch (2.13.0), then a git source in the old sgl-kernel/ layout,
+a stack with another torch (2.13.0) (first in check mode, which says what it would do and changes
+nothing), then a git source in the old sgl-kernel/ layout,
 the build under the v1 memory cgroup this machine enforces, and an idempotent re-run. The fleet tests
 (tests/integration/fleet/test_sgl_kernel_role.py) cover archives, three hosts and the watchdog."""
 
@@ -21,6 +22,7 @@ from sglkernel import wheel as released_wheel
 from torchenv import torch_python
 
 pytestmark = pytest.mark.integration
+CHECK_NOTICE = "Say what a real run would do with the kernel (check mode, stack not sealed)"
 SCAN_BUILT = "Scan the built wheel (the arches actually compiled must cover every target)"
 
 
@@ -71,6 +73,15 @@ def test_git_source_old_layout_under_a_v1_cgroup(tmp_path, served_mirror):
     inventory.write_text(json.dumps({"all": {"hosts": {"localhost": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
     env = {"ANSIBLE_CACHE_PLUGIN": "memory"}
+    # check mode on this stack (it exists, it is not sealed, it needs a build): says what a real run
+    # would do, downloads, builds and installs nothing
+    checked = run_playbook(play, inventory, envvars=env, check=True, timeout=600)
+    assert checked.rc == 0, checked.stdout[-4000:]
+    notice = checked.task("localhost", CHECK_NOTICE)
+    assert f"{stack} is not sealed, and check mode downloads and builds nothing" in notice["msg"], notice
+    assert not (tmp_path / "work").exists()
+    assert not (tmp_path / "store").exists()
+    assert not (stack / "sgl_kernel.json").exists()
     result = run_playbook(play, inventory, envvars=env, timeout=1200)
     assert result.rc == 0, result.stdout[-4000:]
     decision = result.task("localhost", "Scan the released wheel for the targets and this torch")
