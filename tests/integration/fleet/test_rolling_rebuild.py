@@ -6,6 +6,8 @@ Stacks: site.yml makes stack A (the stable profile: torch 2.14.1, the released s
 first rollout moves to B (the test kernel package as a source build, real nvcc: one build, three installs);
 the second to C (another fingerprint: a flashinfer pin) with host 2's new stack carrying a stand-in that
 crashes at start, so its readiness gate fails and host 2 is rolled back to B while host 3 is never reached.
+Last, playbooks/reproduce.yml puts a lock of host 1 (on C) onto host 3 (on B), restarting and gating its
+model.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ ROLLOUT = REPO_ROOT / "playbooks" / "rolling_rebuild.yml"
 BUILD = "Start the build under its memory limit"
 INSTALL = "Install the wheel into the stack, without dependencies so that torch stays as pinned"
 SUMMARY = "Collect the rollout's records"
+SNAPSHOT = REPO_ROOT / "playbooks" / "snapshot.yml"
+REPRODUCE = REPO_ROOT / "playbooks" / "reproduce.yml"
+GATE_POLL = "Poll until ready, sglang-main"
 
 
 @pytest.fixture(scope="module")
@@ -198,3 +203,31 @@ def test_a_host_that_fails_its_gate_is_rolled_back_and_the_rollout_halts(jobs, f
     assert client.failures == [], client.failures[:10]
     assert client.ok > 0
 
+
+
+def test_reproduce_moves_a_host_onto_another_hosts_lock_and_gates_its_model(jobs, first_rollout):
+    """After the halted rollout host 1 runs C and host 3 still B. A lock of host 1 (snapshot.yml)
+    reproduced on host 3 moves it to C with the stack role's `switch` and restarts its model with the
+    sglang_service role's `restart`, whose readiness gate runs on the restarted unit."""
+    h1, _h2, h3 = jobs.models
+    locks = jobs.workdir / "locks"
+    snap = play(jobs, SNAPSHOT, extravars={"snapshot_host": h1, "snapshot_name": "from-host-1",
+                                           "snapshot_locks_dir": str(locks)}, timeout=900)
+    assert snap.rc == 0, snap.stdout[-6000:]
+    target, old = jobs.current(h1), jobs.current(h3)
+    assert target != old
+    before = jobs.unit(h3)
+    start = time.monotonic()
+    lock = locks / "from-host-1.lock.yml"
+    result = play(jobs, REPRODUCE, timeout=1800,
+                  extravars={"reproduce_hosts": h3, "reproduce_lock": str(lock)})
+    print(f"\nreproduce.yml of host 1's lock onto host 3: {time.monotonic() - start:.0f} s")
+    assert result.rc == 0, result.stdout[-6000:]
+    assert jobs.current(h3) == target
+    assert jobs.fingerprint(h3) == jobs.fingerprint(h1)
+    assert old in jobs.stacks(h3), "the stack it left is kept (stack_keep)"
+    after = jobs.unit(h3)
+    assert after["ActiveState"] == "active"
+    assert after["MainPID"] != before["MainPID"], "the model unit was restarted onto the new stack"
+    assert events(result, GATE_POLL) == [h3], "the readiness gate ran on the restarted unit"
+    assert jobs.healthy(h3)
