@@ -314,3 +314,13 @@ def test_metadata_body_paragraphs_and_colons(tmp_path):
     scan = scan_wheel(str(path), [], "2.9.1")
     assert (scan["name"], scan["version"], scan["torch_pin"]) == ("sglang-kernel", "0.3.21", "2.9.1")
     assert scan["torch_requirement"] == "torch==2.9.1; platform_release != '5:x'"
+
+
+def test_metadata_headers_end_at_the_first_blank_line(tmp_path):
+    # The body may hold several paragraphs; header-like lines in any of them are description text.
+    metadata = ("Metadata-Version: 2.1\nName: sglang-kernel\nVersion: 0.4.10\nRequires-Dist: numpy\n\n"
+                "Name: body\nRequires-Dist: torch==9.9\n\nThe end.\n")
+    scan = scan_wheel(make_code_wheel(tmp_path / "k.whl", {}, metadata=metadata), [], "9.9")
+    assert (scan["name"], scan["version"], scan["torch_pin"], scan["torch_requirement"]) == (
+        "sglang-kernel", "0.4.10", None, None)
+    assert scan["fits"] is False
