@@ -17,6 +17,7 @@ import re
 import shutil
 import tempfile
 import zipfile
+import zlib
 
 from ansible.module_utils.cuda_arch import describe_archs, describe_targets, runs_on
 from ansible.module_utils.cuda_fatbin import FatbinError, scan_file
@@ -136,6 +137,9 @@ def scan_wheel(path, capabilities, stack_torch, workdir=None):
             for variant, files in members.items():
                 sass, ptx = _scan_member(archive, files[0], wheel_name, scratch)
                 variants[variant] = {"member": files[0], "sass": sass, "ptx": ptx}
+    except (zipfile.BadZipFile, EOFError, zlib.error) as exc:  # a member's data is damaged
+        raise WheelError(f"cannot read wheel {path}: {str(exc) or type(exc).__name__}; it is corrupt: "
+                         "download it again") from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     pin, requirement = torch_pin(requires)
