@@ -30,7 +30,9 @@ from ansible.module_utils.sgl_kernel_layout import (
 )
 
 INSTALL_MODES = ("auto", "wheel", "source")
-_REQUIRES_TORCH = re.compile(r"^torch\s*(?:\[[^\]]*\])?\s*(?P<spec>[^;]*?)\s*(?:;(?P<marker>.*))?$", re.I)
+# "torch" as the whole project name: torchvision, torch-tensorrt or torch_c_dlpack_ext are other projects
+_REQUIRES_TORCH = re.compile(r"^torch(?![\w.-])\s*(?:\[[^\]]*\])?\s*(?P<spec>[^;]*?)\s*(?:;(?P<marker>.*))?$",
+                             re.I)
 _EXACT = re.compile(r"^===?\s*(?P<version>[0-9][^,\s]*)$")
 
 

@@ -225,6 +225,13 @@ def test_a_wheel_without_torch_at_all(tmp_path):
     (["torch"], (None, "torch")),
     (["numpy"], (None, None)),
     ([], (None, None)),
+    # other projects whose names start with "torch" (they used to be taken for torch, hiding its pin)
+    (["torchvision==0.24.1", "torch==2.9.1"], ("2.9.1", "torch==2.9.1")),
+    (["torch-c-dlpack-ext==0.1", "torch_tensorrt", "torch.x==1", "torch==2.9.1"], ("2.9.1", "torch==2.9.1")),
+    (["torchao>=0.9"], (None, None)),
+    (["torch[cuda]==2.9.1"], ("2.9.1", "torch[cuda]==2.9.1")),
+    (["torch(==2.9.1)"], ("2.9.1", "torch(==2.9.1)")),
+    (["torch;python_version>'3'"], (None, "torch;python_version>'3'")),
 ])
 def test_torch_pin_and_the_requirement_it_came_from(requires, expected):
     assert torch_pin(requires) == expected
