@@ -86,11 +86,14 @@ def find_variants(package_dir):
 
 
 def package_version(package_dir):
-    """``__version__`` from sgl_kernel/version.py, read as text (importing would load torch)."""
+    """``__version__`` from sgl_kernel/version.py, read as text (importing would load torch).
+
+    None when the file is missing or unreadable, or is not UTF-8 (Python could not import it either).
+    """
     try:
         with open(os.path.join(package_dir, "version.py"), encoding="utf-8") as handle:
             match = re.search(r"""__version__\s*=\s*["']([^"']+)["']""", handle.read())
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         return None
     return match.group(1) if match else None
 

@@ -17,6 +17,7 @@ import re
 import shutil
 import tempfile
 import zipfile
+import zlib
 
 from ansible.module_utils.cuda_arch import describe_archs, describe_targets, runs_on
 from ansible.module_utils.cuda_fatbin import FatbinError, scan_file
@@ -29,7 +30,9 @@ from ansible.module_utils.sgl_kernel_layout import (
 )
 
 INSTALL_MODES = ("auto", "wheel", "source")
-_REQUIRES_TORCH = re.compile(r"^torch\s*(?:\[[^\]]*\])?\s*(?P<spec>[^;]*?)\s*(?:;(?P<marker>.*))?$", re.I)
+# "torch" as the whole project name: torchvision, torch-tensorrt or torch_c_dlpack_ext are other projects
+_REQUIRES_TORCH = re.compile(r"^torch(?![\w.-])\s*(?:\[[^\]]*\])?\s*(?P<spec>[^;]*?)\s*(?:;(?P<marker>.*))?$",
+                             re.I)
 _EXACT = re.compile(r"^===?\s*(?P<version>[0-9][^,\s]*)$")
 
 
@@ -136,6 +139,9 @@ def scan_wheel(path, capabilities, stack_torch, workdir=None):
             for variant, files in members.items():
                 sass, ptx = _scan_member(archive, files[0], wheel_name, scratch)
                 variants[variant] = {"member": files[0], "sass": sass, "ptx": ptx}
+    except (zipfile.BadZipFile, EOFError, zlib.error) as exc:  # a member's data is damaged
+        raise WheelError(f"cannot read wheel {path}: {str(exc) or type(exc).__name__}; it is corrupt: "
+                         "download it again") from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     pin, requirement = torch_pin(requires)

@@ -5,6 +5,7 @@ tests/integration/test_sgl_kernel_variants.py; here the files hold no device cod
 case the module must explain.
 """
 
+import locale
 import os
 
 import pytest
@@ -93,3 +94,27 @@ def test_nothing_to_load(tmp_path):
 def test_not_a_directory(tmp_path):
     with pytest.raises(LayoutError, match="is not a directory; give the sgl_kernel package directory"):
         inspect_layout(str(tmp_path / "missing"), "9.0")
+
+
+def test_package_version_reads_utf8_whatever_the_locale(tmp_path):
+    # version.py is Python source, UTF-8 by definition; a host whose locale is plain ASCII (LC_CTYPE=C
+    # with locale coercion and UTF-8 mode turned off) reads it the same.
+    package = tmp_path / "sgl_kernel"
+    package.mkdir()
+    (package / "version.py").write_bytes('# build by Jos\u00e9\n__version__ = "0.4.10"\n'.encode())
+    before = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    try:
+        assert package_version(str(package)) == "0.4.10"
+    finally:
+        locale.setlocale(locale.LC_CTYPE, before)
+
+
+def test_package_version_of_a_version_py_that_is_not_utf8(tmp_path):
+    # Python would refuse to import it, so the version is unknown (it used to raise UnicodeDecodeError
+    # out of inspect_layout, a traceback instead of a result).
+    package = tmp_path / "sgl_kernel"
+    package.mkdir()
+    (package / "version.py").write_bytes(b'# build by Jos\xe9\n__version__ = "0.4.10"\n')
+    assert package_version(str(package)) is None
+    assert inspect_layout(str(package), "9.0")["package_version"] is None

@@ -225,6 +225,13 @@ def test_a_wheel_without_torch_at_all(tmp_path):
     (["torch"], (None, "torch")),
     (["numpy"], (None, None)),
     ([], (None, None)),
+    # other projects whose names start with "torch" (they used to be taken for torch, hiding its pin)
+    (["torchvision==0.24.1", "torch==2.9.1"], ("2.9.1", "torch==2.9.1")),
+    (["torch-c-dlpack-ext==0.1", "torch_tensorrt", "torch.x==1", "torch==2.9.1"], ("2.9.1", "torch==2.9.1")),
+    (["torchao>=0.9"], (None, None)),
+    (["torch[cuda]==2.9.1"], ("2.9.1", "torch[cuda]==2.9.1")),
+    (["torch(==2.9.1)"], ("2.9.1", "torch(==2.9.1)")),
+    (["torch;python_version>'3'"], (None, "torch;python_version>'3'")),
 ])
 def test_torch_pin_and_the_requirement_it_came_from(requires, expected):
     assert torch_pin(requires) == expected
@@ -314,3 +321,78 @@ def test_metadata_body_paragraphs_and_colons(tmp_path):
     scan = scan_wheel(str(path), [], "2.9.1")
     assert (scan["name"], scan["version"], scan["torch_pin"]) == ("sglang-kernel", "0.3.21", "2.9.1")
     assert scan["torch_requirement"] == "torch==2.9.1; platform_release != '5:x'"
+
+
+def test_metadata_headers_end_at_the_first_blank_line(tmp_path):
+    # The body may hold several paragraphs; header-like lines in any of them are description text.
+    metadata = ("Metadata-Version: 2.1\nName: sglang-kernel\nVersion: 0.4.10\nRequires-Dist: numpy\n\n"
+                "Name: body\nRequires-Dist: torch==9.9\n\nThe end.\n")
+    scan = scan_wheel(make_code_wheel(tmp_path / "k.whl", {}, metadata=metadata), [], "9.9")
+    assert (scan["name"], scan["version"], scan["torch_pin"], scan["torch_requirement"]) == (
+        "sglang-kernel", "0.4.10", None, None)
+    assert scan["fits"] is False
+
+
+def damage(path, member, how):
+    """Spoil ``member`` inside the wheel at ``path`` the way a bad download or disk does."""
+    with open(path, "rb") as handle:
+        data = bytearray(handle.read())
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo(member)
+    start = info.header_offset + 30 + len(info.filename) + len(info.extra)
+    if how == "flip-last":  # the stored CRC no longer matches
+        data[start + info.compress_size - 3] ^= 0x55
+    elif how == "flip-first":  # an invalid deflate stream
+        data[start + 10] ^= 0x55
+    else:  # "size": the central directory says the member runs on past the end of the file
+        record = data.rindex(info.filename.encode()) - 46  # its central directory record
+        assert data[record:record + 4] == b"PK\x01\x02"
+        for field in (record + 20, record + 24):  # compressed and uncompressed size
+            data[field:field + 4] = (info.file_size + (1 << 20)).to_bytes(4, "little")
+    with open(path, "wb") as handle:
+        handle.write(data)
+
+
+@pytest.mark.parametrize(("member", "compression", "how", "detail"), [
+    ("sglang_kernel-0.4.10.dist-info/METADATA", zipfile.ZIP_STORED, "flip-last",
+     "Bad CRC-32 for file 'sglang_kernel-0.4.10.dist-info/METADATA'"),
+    ("sgl_kernel/sm100/common_ops.abi3.so", zipfile.ZIP_STORED, "flip-last",
+     "Bad CRC-32 for file 'sgl_kernel/sm100/common_ops.abi3.so'"),
+    ("sgl_kernel/sm100/common_ops.abi3.so", zipfile.ZIP_DEFLATED, "flip-first",
+     "Error -3 while decompressing data: "),
+    ("sgl_kernel/sm100/common_ops.abi3.so", zipfile.ZIP_STORED, "size", "EOFError;"),
+], ids=["metadata-crc", "so-crc", "so-deflate", "so-size"])
+def test_a_damaged_member_is_a_wheel_error(tmp_path, member, compression, how, detail):
+    path = tmp_path / "k.whl"
+    metadata = "Metadata-Version: 2.1\nName: sglang-kernel\nVersion: 0.4.10\nRequires-Dist: torch==2.14.1\n"
+    with zipfile.ZipFile(path, "w", compression) as archive:
+        archive.writestr("sglang_kernel-0.4.10.dist-info/METADATA", metadata * 40)
+        archive.writestr("sgl_kernel/sm100/common_ops.abi3.so", device_code((2, 120, A)) + bytes(4096))
+    damage(path, member, how)
+    work = tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(WheelError) as caught:
+        scan_wheel(str(path), ["12.0"], "2.14.1", workdir=str(work))
+    message = str(caught.value)
+    assert message.startswith(f"cannot read wheel {path}: {detail}")
+    assert message.endswith("; it is corrupt: download it again")
+    assert list(work.iterdir()) == []  # the partly extracted member is gone with the scratch dir
+
+
+def test_a_scratch_dir_removed_under_the_scan_does_not_fail_it(tmp_path, monkeypatch):
+    # e.g. a tmp cleaner: the scan has its answer, losing the scratch dir early does not take it away
+    work = tmp_path / "work"
+    work.mkdir()
+    real_wheel_metadata = sgl_kernel_wheel.wheel_metadata
+
+    def wheel_metadata_then_clean(archive, name):
+        for scratch in work.iterdir():
+            scratch.rmdir()
+        return real_wheel_metadata(archive, name)
+
+    monkeypatch.setattr(sgl_kernel_wheel, "wheel_metadata", wheel_metadata_then_clean)
+    wheel = make_code_wheel(tmp_path / "k.whl", {"sgl_kernel/common_ops.py": b""})
+    scan = scan_wheel(wheel, ["12.0"], "2.14.1", workdir=str(work))
+    assert scan["capabilities"]["12.0"] == {"variant": "root", "member": "sgl_kernel/common_ops.py",
+                                            "runs_on": False}
+    assert list(work.iterdir()) == []

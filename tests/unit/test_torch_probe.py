@@ -4,6 +4,7 @@ The probe itself runs against real torch installs in tests/integration/test_torc
 """
 
 import pytest
+from ansible.module_utils import torch_probe
 from ansible.module_utils.torch_probe import (
     check_requirements,
     missing_capabilities,
@@ -74,3 +75,22 @@ def test_rate_marks_what_is_missing_and_which_devices_are_covered():
 def test_nothing_required_or_all_covered():
     assert check_requirements(rate(facts("cpu", cuda=None), [])) is None
     assert check_requirements(rate(facts("cuda", TORCH_2_14_1), ["12.0", "9.0"])) is None
+
+
+@pytest.mark.parametrize(("call", "timeout"), [
+    (lambda: torch_probe.probe_torch("/venv/bin/python"), 120),
+    (lambda: torch_probe.inspect_torch("/venv/bin/python"), 120),
+    (lambda: torch_probe.inspect_torch("/venv/bin/python", timeout=7), 7),
+], ids=["probe_torch", "inspect_torch", "inspect_torch-timeout"])
+def test_a_hung_probe_is_given_up_after_two_minutes_unless_told(monkeypatch, call, timeout):
+    # The child interpreter is replaced: what is observed is how long the probe runner may wait.
+    waits = []
+
+    def fake_run_probe(python, script, timeout, what):
+        waits.append(timeout)
+        return {"torch_version": "2.14.1", "cuda_version": None, "hip_version": None,
+                "executable": python, "arch_list": [], "devices": []}
+
+    monkeypatch.setattr(torch_probe, "run_probe", fake_run_probe)
+    assert call()["python"] == "/venv/bin/python"
+    assert waits == [timeout]
