@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 from typing import ClassVar
 
 import pytest
 from ansible.module_utils import cuda_fatbin
 from ansible.module_utils.cuda_fatbin import FatbinError, iter_candidate_files, scan_file
-from test_cuda_fatbin_synthetic import container, entry, scan
+from test_cuda_fatbin_synthetic import MAGIC, SHT_PROGBITS, container, elf, entry, scan
 
 PAGE = mmap.PAGESIZE
 
@@ -78,6 +79,26 @@ def test_an_entry_header_cut_inside_its_container(tmp_path, cut, message):
     data = container(entry(2, 90)[:cut], declared=cut) + b"\0" * 128
     with pytest.raises(FatbinError, match=r"k\.fatbin: truncated or corrupt: " + message):
         scan(tmp_path, data, "k.fatbin")
+
+
+def test_a_container_header_cut_at_the_end_of_its_section(tmp_path):
+    # the section name table follows the section in the file: the section's end is the limit
+    section = container(entry(2, 90)) + struct.pack("<IH", MAGIC, 1)
+    with pytest.raises(FatbinError) as caught:
+        scan(tmp_path, elf([(b".nv_fatbin", SHT_PROGBITS, section)]))
+    assert str(caught.value) == (f"{tmp_path}/libk.so: truncated or corrupt: fatbin header in section "
+                                 ".nv_fatbin at offset 0x94 runs past 0x9a")
+
+
+def test_the_largest_container_header_is_accepted(tmp_path):
+    assert scan(tmp_path, container(entry(2, 90), header_size=4096), "k.fatbin").sass == ["sm_90"]
+
+
+def test_a_container_header_larger_than_what_is_left(tmp_path):
+    with pytest.raises(FatbinError) as caught:
+        scan(tmp_path, container(header_size=64)[:40], "k.fatbin")
+    assert str(caught.value) == (f"{tmp_path}/k.fatbin: truncated fatbin file: fatbin container at offset "
+                                 "0x0 declares 0 bytes, only 0 remain")
 
 
 def test_the_header_cap_reached_at_an_entry_names_where(tmp_path, monkeypatch):
