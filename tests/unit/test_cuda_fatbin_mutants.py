@@ -13,6 +13,7 @@ from typing import ClassVar
 import pytest
 from ansible.module_utils import cuda_fatbin
 from ansible.module_utils.cuda_fatbin import FatbinError, iter_candidate_files, scan_file
+from prereq import require
 from test_cuda_fatbin_synthetic import MAGIC, SHT_PROGBITS, container, elf, entry, scan
 
 PAGE = mmap.PAGESIZE
@@ -33,6 +34,7 @@ class RecordingMmap(mmap.mmap):
 
 @pytest.fixture
 def recorded(monkeypatch):
+    require(cuda_fatbin._MADV_DONTNEED is not None, "mmap has no MADV_DONTNEED here (Linux has it)")
     monkeypatch.setattr(RecordingMmap, "calls", [])
     monkeypatch.setattr(RecordingMmap, "fail_with", None)
     monkeypatch.setattr(mmap, "mmap", RecordingMmap)
@@ -45,7 +47,6 @@ def pages_of_entries(count: int) -> bytes:
     return container(*(entry(2, 80 + k, payload=b"x" * (PAGE - 64)) for k in range(count)))
 
 
-@pytest.mark.skipif(cuda_fatbin._MADV_DONTNEED is None, reason="no MADV_DONTNEED on this platform")
 def test_the_mapping_behind_the_walk_is_dropped_stride_by_stride(tmp_path, recorded):
     assert scan(tmp_path, pages_of_entries(8), "k.fatbin").sass == [f"sm_{80 + k}" for k in range(8)]
     # dropped once 3 pages lie behind the walk (entry 3), then again exactly 3 pages later (entry 6),
@@ -54,13 +55,11 @@ def test_the_mapping_behind_the_walk_is_dropped_stride_by_stride(tmp_path, recor
                               (mmap.MADV_DONTNEED, 3 * PAGE, 3 * PAGE + 16)]
 
 
-@pytest.mark.skipif(cuda_fatbin._MADV_DONTNEED is None, reason="no MADV_DONTNEED on this platform")
 def test_a_short_walk_drops_nothing(tmp_path, recorded):
     assert scan(tmp_path, pages_of_entries(3), "k.fatbin").sass == ["sm_80", "sm_81", "sm_82"]
     assert recorded.calls == []
 
 
-@pytest.mark.skipif(cuda_fatbin._MADV_DONTNEED is None, reason="no MADV_DONTNEED on this platform")
 @pytest.mark.parametrize("error", [OSError(11, "Resource temporarily unavailable"), ValueError("madvise")],
                          ids=["OSError", "ValueError"])
 def test_a_failing_drop_is_only_a_lost_optimisation(tmp_path, recorded, error):

@@ -14,6 +14,7 @@ import pytest
 from ansible.module_utils import bounded_run, nvidia_smi
 from ansible.module_utils.bounded_run import RunTimeout
 from ansible.module_utils.nvidia_smi import gpu_facts, read_kernel_module_version
+from prereq import require
 
 FIELDS = "index,name,uuid,compute_cap,memory.total,pci.bus_id,driver_version"
 ROW = "0, NVIDIA H200, GPU-1, 9.0, 143771, 00000000:18:00.0, 580.95.05"
@@ -79,8 +80,7 @@ def c_locale():
 ], ids=["letter-after", "letter-before"])
 def test_the_answer_does_not_depend_on_the_locale(tmp_path, content):
     # Ansible runs the module with the host's locale: the file is UTF-8 (kernel text), whatever that is.
-    if sys.flags.utf8_mode:
-        pytest.skip("Python's UTF-8 mode reads every file as UTF-8: no locale to vary")
+    require(not sys.flags.utf8_mode, "Python's UTF-8 mode reads every file as UTF-8: no locale to vary")
     path = tmp_path / "version"
     path.write_text(content, encoding="utf-8")
     with c_locale():
