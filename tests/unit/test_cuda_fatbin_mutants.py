@@ -89,6 +89,14 @@ def test_a_container_header_cut_at_the_end_of_its_section(tmp_path):
                                  ".nv_fatbin at offset 0x94 runs past 0x9a")
 
 
+def test_a_section_ends_where_the_next_fatbin_begins(tmp_path):
+    # sections back to back: each walk stops at its own section's end, even when a container follows
+    first = (b".nv_fatbin", SHT_PROGBITS, container(entry(2, 80)))
+    second = container(entry(2, 90))
+    assert scan(tmp_path, elf([first, (b".nv_fatbin", SHT_PROGBITS, second)])).sass == ["sm_80", "sm_90"]
+    assert scan(tmp_path, elf([first, (b"__nv_relfatbin", SHT_PROGBITS, second)])).sass == ["sm_80"]
+
+
 def test_the_largest_container_header_is_accepted(tmp_path):
     assert scan(tmp_path, container(entry(2, 90), header_size=4096), "k.fatbin").sass == ["sm_90"]
 
