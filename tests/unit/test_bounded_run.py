@@ -112,3 +112,41 @@ def test_a_session_already_gone_at_the_timeout_is_no_error(monkeypatch):
     with pytest.raises(RunTimeout) as caught:
         run_bounded(["sh", "-c", "sleep 0.5"], 0.2)
     assert caught.value.leftover is None  # it ended within the grace period by itself
+
+
+class _PipeThatFailsToClose:
+    """A pipe whose close() fails (as a flush into a broken pipe would), after really closing it."""
+
+    def __init__(self, pipe):
+        self.pipe = pipe
+
+    def fileno(self):
+        return self.pipe.fileno()
+
+    @property
+    def closed(self):
+        return self.pipe.closed
+
+    def close(self):
+        self.pipe.close()
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_pipe_that_fails_to_close_does_not_hide_the_timeout(short_grace, started, monkeypatch):
+    # The command is left behind (the kill is made a no-op, as for a process stuck in the kernel); closing
+    # its stdout fails: the caller still gets the RunTimeout, and the pipes after it are closed too.
+    monkeypatch.setattr(bounded_run.os, "killpg", lambda pid, sig: None)
+    real_popen = subprocess.Popen
+
+    def popen_with_failing_stdout(*args, **kwargs):
+        proc = real_popen(*args, **kwargs)
+        proc.stdout = _PipeThatFailsToClose(proc.stdout)
+        return proc
+
+    monkeypatch.setattr(subprocess, "Popen", popen_with_failing_stdout)
+    with pytest.raises(RunTimeout) as caught:
+        run_bounded(["sh", "-c", "printf out; printf err >&2; exec sleep 600"], 0.3)
+    assert caught.value.leftover.startswith("it did not exit within 0.3 s after SIGKILL")
+    assert (caught.value.stdout, caught.value.stderr) == (b"out", b"err")
+    assert started[0].stdout.closed
+    assert started[0].stderr.closed
