@@ -110,7 +110,9 @@ def test_watchdog_stops_memory_that_left_the_session(tmp_path):
     assert status["killed_by"].startswith("watchdog: the build's processes used"), status
     assert status["rc"] == -9
     assert time.monotonic() - start < 10
-    assert status["peak_bytes"] >= 200 << 20
+    # killed past the limit: how far past depends on when the watchdog looked while the child was
+    # still filling its 200 MiB (115 MB seen under load)
+    assert status["peak_bytes"] > 64 << 20
     assert not alive(int(pidfile.read_text()))
 
 
