@@ -5,7 +5,6 @@ tests/integration/test_sgl_kernel_variants.py; here the files hold no device cod
 case the module must explain.
 """
 
-import locale
 import os
 
 import pytest
@@ -17,6 +16,7 @@ from ansible.module_utils.sgl_kernel_layout import (
     loader_subdir,
     package_version,
 )
+from locales import c_locale
 
 
 def make_tree(root, files):
@@ -102,12 +102,8 @@ def test_package_version_reads_utf8_whatever_the_locale(tmp_path):
     package = tmp_path / "sgl_kernel"
     package.mkdir()
     (package / "version.py").write_bytes('# build by Jos\u00e9\n__version__ = "0.4.10"\n'.encode())
-    before = locale.setlocale(locale.LC_CTYPE)
-    locale.setlocale(locale.LC_CTYPE, "C")
-    try:
+    with c_locale():
         assert package_version(str(package)) == "0.4.10"
-    finally:
-        locale.setlocale(locale.LC_CTYPE, before)
 
 
 def test_package_version_of_a_version_py_that_is_not_utf8(tmp_path):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import ctypes
 import io
 import json
-import locale
 import os
 import re
 import signal
@@ -17,6 +16,7 @@ import subprocess
 
 import pytest
 from ansible.module_utils import sgl_kernel_runner as runner
+from locales import c_locale
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -584,18 +584,10 @@ def test_progress_reads_the_last_64_kib_exactly(tmp_path):
 
 # --- m_runner: what the fourth mutation run found -------------------------------------------------------
 
-@pytest.fixture
-def c_locale():
-    """The process's LC_CTYPE set to C (ASCII) for the test: open() without an encoding then decodes ASCII."""
-    saved = locale.setlocale(locale.LC_CTYPE)
-    locale.setlocale(locale.LC_CTYPE, "C")
-    yield
-    locale.setlocale(locale.LC_CTYPE, saved)
-
-
-def test_read_decodes_utf8_whatever_the_locale(tmp_path, c_locale):
-    (tmp_path / "f").write_bytes("café\n".encode())
-    assert runner._read(str(tmp_path / "f")) == "café"
+def test_read_decodes_utf8_whatever_the_locale(tmp_path):
+    with c_locale():
+        (tmp_path / "f").write_bytes("café\n".encode())
+        assert runner._read(str(tmp_path / "f")) == "café"
 
 
 def test_read_replaces_what_is_not_utf8(tmp_path):

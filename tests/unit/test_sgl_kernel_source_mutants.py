@@ -2,7 +2,6 @@
 line break, FetchContent values with quotes and '=' inside, mirror prefixes with a trailing slash, the
 plan's fingerprint inputs, check mode with cmake/*.cmake files, and UTF-8 files under a C locale."""
 
-import locale
 import os
 
 import pytest
@@ -22,6 +21,7 @@ from ansible.module_utils.sgl_kernel_source import (
     rewrite_fetchcontent_urls,
 )
 from kernelpkg import make_source
+from locales import c_locale
 
 MIRROR = "http://192.168.7.1:8000/gh"
 SM90 = "-gencode=arch=compute_90,code=sm_90"
@@ -151,32 +151,21 @@ def test_check_mode_keeps_no_pristine_copy_of_cmake_files(tmp_path):
     assert (package / "cmake" / "extra.cmake").read_text() == f'set(X_FLAGS "{SM90}" "{SM120A}")\n'
 
 
-@pytest.fixture
-def c_locale():
-    """LC_CTYPE=C for the test: open() without an encoding then reads and writes ASCII only (outside
-    Python's UTF-8 mode, which the unit suite does not turn on)."""
-    before = locale.setlocale(locale.LC_CTYPE)
-    locale.setlocale(locale.LC_CTYPE, "C")
-    try:
-        yield
-    finally:
-        locale.setlocale(locale.LC_CTYPE, before)
-
-
-def test_files_are_read_and_written_as_utf8_whatever_the_locale(tmp_path, c_locale):
-    package = make_source(tmp_path, "new")
-    note = "# Größe → sm_120a\n"
-    for name in ("CMakeLists.txt", "pyproject.toml"):
-        with open(package / name, "a", encoding="utf-8") as handle:
-            handle.write(note)
-    extra = package / "cmake" / "extra.cmake"
-    extra.parent.mkdir()
-    extra.write_text(f'{note}set(X_FLAGS "{SM90}" "{SM120A}")\n', encoding="utf-8")
-    first = prepare(package)
-    assert first["changed"] is True
-    again = prepare(package)  # from the pristine copies, compared with the files written
-    assert again["changed"] is False
-    assert (package / "pyproject.toml").read_text(encoding="utf-8").endswith(note)
-    assert (package / "CMakeLists.txt").read_text(encoding="utf-8").count(note) == 1
-    assert extra.read_text(encoding="utf-8") == f'{note}set(X_FLAGS  "{SM120A}")\n'
-    assert (package / ("CMakeLists.txt" + PRISTINE_SUFFIX)).read_text(encoding="utf-8").endswith(note)
+def test_files_are_read_and_written_as_utf8_whatever_the_locale(tmp_path):
+    with c_locale():
+        package = make_source(tmp_path, "new")
+        note = "# Größe → sm_120a\n"
+        for name in ("CMakeLists.txt", "pyproject.toml"):
+            with open(package / name, "a", encoding="utf-8") as handle:
+                handle.write(note)
+        extra = package / "cmake" / "extra.cmake"
+        extra.parent.mkdir()
+        extra.write_text(f'{note}set(X_FLAGS "{SM90}" "{SM120A}")\n', encoding="utf-8")
+        first = prepare(package)
+        assert first["changed"] is True
+        again = prepare(package)  # from the pristine copies, compared with the files written
+        assert again["changed"] is False
+        assert (package / "pyproject.toml").read_text(encoding="utf-8").endswith(note)
+        assert (package / "CMakeLists.txt").read_text(encoding="utf-8").count(note) == 1
+        assert extra.read_text(encoding="utf-8") == f'{note}set(X_FLAGS  "{SM120A}")\n'
+        assert (package / ("CMakeLists.txt" + PRISTINE_SUFFIX)).read_text(encoding="utf-8").endswith(note)
