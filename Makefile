@@ -11,10 +11,11 @@ PYTEST_ARGS ?=
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help setup site test lint ruff ansible-lint syntax pytest unit integration mutation fleet-up fleet-down clean
+.PHONY: help setup site lock test lint ruff ansible-lint syntax pytest unit integration mutation fleet-up fleet-down clean
 
 help:
 	@echo "make site        provision the hosts of INVENTORY (default: this machine, inventory/local)"
+	@echo "make lock        (re)write profiles/pylock.PROFILE.toml (PROFILE=stable), the profile's full hashed lock"
 	@echo "make test        ruff, ansible-lint (production), syntax-check of every playbook, pytest"
 	@echo "make setup       create .venv/ from requirements.txt (no-op when up to date)"
 	@echo "make unit        unit tests only (fast, no fleet, no nvcc)"
@@ -33,6 +34,11 @@ $(STAMP): requirements.txt
 
 site: setup
 	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/site.yml
+
+# (Re)write profiles/pylock.$(PROFILE).toml with the profile's pinned uv; commit the result.
+PROFILE ?= stable
+lock: setup
+	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/lock.yml -e stack_profile=$(PROFILE) $(LOCK_ARGS)
 
 test: lint syntax pytest
 

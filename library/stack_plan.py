@@ -55,6 +55,12 @@ options:
     description: Free space (GiB) the stack root must have before a new stack is created.
     type: float
     default: 20
+  lock_sha256:
+    description:
+      - sha256 of the profile's lock file (C(pylock.<name>.toml)); part of the fingerprint when given, so
+        a relocked profile makes a new stack.
+    type: str
+    default: ""
 attributes:
   check_mode:
     support: full
@@ -174,6 +180,7 @@ def main():
             "default_targets": {"type": "list", "elements": "str", "default": ["12.0", "10.0"]},
             "stack_root": {"type": "path", "required": True},
             "min_free_gb": {"type": "float", "default": 20},
+            "lock_sha256": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -192,6 +199,9 @@ def plan(module):
     except (ProfileError, ArchError) as exc:
         module.fail_json(msg=str(exc))
     inputs = fingerprint_inputs(profile, targets)
+    if params["lock_sha256"]:
+        # the stack is exactly the lock's files: a relocked profile makes a new stack
+        inputs["lock_sha256"] = params["lock_sha256"]
     digest = fingerprint(inputs)
     name = stack_name(profile["name"], digest)
     root = params["stack_root"]

@@ -140,6 +140,29 @@ def torch_cuda_problems(profile):
     return problems
 
 
+def read_profile(path):
+    """The profile in the YAML file ``path``; ProfileError naming the file (and line) when unusable.
+
+    Controller side (PyYAML comes with ansible-core).
+    """
+    import yaml  # noqa: PLC0415 (only the controller reads profile files; hosts lack PyYAML)
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        raise ProfileError(f"there is no profile {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"{path} cannot be read: {exc}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ProfileError(f"{path} is not valid YAML{where}: {problem}") from None
+
+
 def validate_profile(profile, source="profile"):
     """Raise ProfileError naming every problem of ``profile`` (schema, then torch vs CUDA)."""
     problems = []

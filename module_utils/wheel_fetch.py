@@ -1,0 +1,139 @@
+"""Fetch a lock's files into a directory, each checked against its sha256: no resolver, no pip.
+
+A file's identity is its name and sha256. Sources are tried in order: each mirror (a local directory or
+an http(s) base URL holding the files under their own names: a served wheel cache, an offline bundle,
+the test fleet's wheelhouse), then the URL the lock recorded (unless the lock's URLs are not to be
+used: no index reachable). A file already in the directory with the right sha256 is kept; a partial
+download is resumed (HTTP Range) the next time. Nothing reads pip's or uv's configuration.
+
+Stdlib only, Python 3.8+ (runs on managed hosts and on the controller).
+"""
+
+import hashlib
+import os
+import shutil
+import urllib.error
+import urllib.parse
+import urllib.request
+
+CHUNK = 1 << 20
+
+
+class FetchError(Exception):
+    """Files that could not be had from any source; the message names each one."""
+
+
+def file_sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _is_url(source):
+    return source.startswith(("http://", "https://"))
+
+
+def candidates(item, mirrors, use_recorded_url):
+    """Where ``item`` (filename, url) may be had, in the order they are tried."""
+    found = []
+    for mirror in mirrors:
+        if _is_url(mirror):
+            found.append(mirror.rstrip("/") + "/" + urllib.parse.quote(item["filename"]))
+        elif mirror:
+            path = mirror[len("file://") :] if mirror.startswith("file://") else mirror
+            found.append(os.path.join(path, item["filename"]))
+    recorded = item.get("url") or ""
+    if use_recorded_url and recorded:
+        found.append(recorded[len("file://") :] if recorded.startswith("file://") else recorded)
+    return found
+
+
+def _from_path(source, target):
+    """Hardlink (same filesystem) or copy a local file to ``target``."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def _download(url, partial, timeout):
+    """Download ``url`` into ``partial``, resuming what is there."""
+    have = os.path.getsize(partial) if os.path.exists(partial) else 0
+    request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        mode = "ab" if have and response.status == 206 else "wb"
+        with open(partial, mode) as handle:
+            shutil.copyfileobj(response, handle, CHUNK)
+
+
+def fetch_one(item, dest, mirrors, use_recorded_url, timeout=60):
+    """Put ``item`` into ``dest``. Returns (state, source): state 'present' or 'fetched'.
+
+    Raises FetchError with every source tried and why it was refused.
+    """
+    target = os.path.join(dest, item["filename"])
+    if os.path.isfile(target) and file_sha256(target) == item["sha256"]:
+        return "present", target
+    tried = []
+    for source in candidates(item, mirrors, use_recorded_url):
+        partial = os.path.join(dest, "." + item["filename"] + ".part")
+        try:
+            if _is_url(source):
+                _download(source, partial, timeout)
+            else:
+                if not os.path.isfile(source):
+                    tried.append(f"{source}: no such file")
+                    continue
+                if os.path.exists(partial):
+                    os.unlink(partial)
+                _from_path(source, partial)
+        except urllib.error.HTTPError as exc:
+            tried.append(f"{source}: HTTP {exc.code}")
+            if exc.code == 416 and os.path.exists(partial):
+                os.unlink(partial)  # a stale partial longer than the file: start again next time
+            continue
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
+            tried.append(f"{source}: {reason}")
+            continue
+        got = file_sha256(partial)
+        if got != item["sha256"]:
+            os.unlink(partial)
+            tried.append(f"{source}: sha256 {got}, the lock has {item['sha256']}")
+            continue
+        os.replace(partial, target)
+        return "fetched", source
+    if not tried:
+        tried.append("no source: no mirror given and the lock's own URLs are not to be used")
+    raise FetchError(f"{item['filename']} ({item['name']}=={item['version']}): " + "; ".join(tried))
+
+
+def fetch_all(files, dest, mirrors=(), use_recorded_url=True, timeout=60, *, check_only=False):
+    """Fetch every file; returns {'fetched': [...], 'present': [...], 'missing': [...]} of filenames.
+
+    With ``check_only`` nothing is downloaded: files not yet in ``dest`` with their sha256 are listed
+    as missing. All files are tried before FetchError names every one that failed.
+    """
+    result = {"fetched": [], "present": [], "missing": []}
+    errors = []
+    if not check_only:
+        os.makedirs(dest, exist_ok=True)
+    for item in files:
+        target = os.path.join(dest, item["filename"])
+        if check_only:
+            ok = os.path.isfile(target) and file_sha256(target) == item["sha256"]
+            result["present" if ok else "missing"].append(item["filename"])
+            continue
+        try:
+            state, _source = fetch_one(item, dest, list(mirrors), use_recorded_url, timeout)
+        except FetchError as exc:
+            errors.append(str(exc))
+            continue
+        result[state].append(item["filename"])
+    if errors:
+        raise FetchError(
+            f"{len(errors)} of {len(files)} files could not be fetched into {dest}: " + " | ".join(errors)
+        )
+    return result

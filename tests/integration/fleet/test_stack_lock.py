@@ -1,0 +1,126 @@
+"""site.yml installs the real locked stack (profiles/pylock.stable.toml) on a fleet host.
+
+The wheelhouse the fleet serves is filled from the lock itself (the same files, by name and sha256),
+so the host installs exactly what `make site` installs for a user: sglang 0.5.23 with torch 2.14.1,
+flashinfer and every dependency the lock holds. The host is made hostile first: a global pip.conf and
+uv.toml naming an index that does not exist and constraints that would refuse the stack, and the same
+as PIP_* / UV_* variables in its login environment; the controller's environment gets them too. The
+stack must come out exactly the lock's set all the same, and a second run changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.pylock import read_lock, select, split_tools
+from ansible.module_utils.wheel_fetch import fetch_all
+from ansible_run import REPO_ROOT
+from cache import wheelhouse
+from stackrun import SITE, fill_wheelhouse
+
+pytestmark = pytest.mark.integration
+
+LOCK = REPO_ROOT / "profiles" / "pylock.stable.toml"
+ROOT = "/opt/sglang/locked"
+NOWHERE = "http://192.0.2.1:9/simple"  # TEST-NET-1: never answers
+HOSTILE = {
+    "/etc/pip.conf": f"[global]\nindex-url = {NOWHERE}\nconstraint = /etc/hostile-constraints.txt\n",
+    "/etc/hostile-constraints.txt": "torch<=2.0\nsglang<0.5\nnumpy<1\n",
+    "/etc/uv/uv.toml": f'index-url = "{NOWHERE}"\nconstraint-dependencies = ["torch<=2.0"]\n',
+    "/etc/environment": (
+        f"PIP_INDEX_URL={NOWHERE}\nPIP_CONSTRAINT=/etc/hostile-constraints.txt\n"
+        f"UV_INDEX_URL={NOWHERE}\nUV_CONSTRAINT=/etc/hostile-constraints.txt\n"
+    ),
+}
+
+
+def lock_files() -> list[dict]:
+    lock, _ = read_lock(str(LOCK))
+    files, problems = select(lock, "x86_64", "3.11", "2.36")
+    assert problems == []
+    return files
+
+
+@pytest.fixture(scope="module")
+def locked(fleet, fleet_play, tmp_path_factory):
+    fill_wheelhouse()  # the kernel role's build tools
+    house = wheelhouse()
+    fetch_all(lock_files(), str(house))  # the lock's files into the served wheelhouse (once per cache)
+    host = fleet.hosts[-1]["name"]
+    for path, content in HOSTILE.items():
+        fleet.ssh(host, f"mkdir -p {Path(path).parent} && cat > {path} <<'EOF'\n{content}EOF")
+    hostile_controller = tmp_path_factory.mktemp("hostile") / "pip.conf"
+    hostile_controller.write_text(HOSTILE["/etc/pip.conf"])
+    envvars = {
+        "PIP_CONFIG_FILE": str(hostile_controller),
+        "PIP_INDEX_URL": NOWHERE,
+        "UV_INDEX_URL": NOWHERE,
+        "UV_CONSTRAINT": "/etc/hostile-constraints.txt",
+    }
+    extravars = {
+        "stack_root": ROOT,
+        "stack_find_links": [fleet.wheelhouse_url],
+        "stack_no_index": True,
+        "stack_wheel_cache_dir": str(house),
+        "stack_min_free_gb": 8,
+        "pytorch_index_url": "",
+    }
+
+    def run():
+        return fleet_play(SITE, extravars=extravars, limit=host, envvars=envvars)
+
+    first = run()
+    second = run() if first.rc == 0 else None
+    return {"host": host, "first": first, "second": second}
+
+
+def test_the_locked_stack_installs_under_hostile_pip_and_uv_configuration(locked):
+    first = locked["first"]
+    assert first.rc == 0, first.stdout[-6000:]
+
+
+def test_the_installed_set_is_exactly_the_lock(locked, fleet):
+    host = locked["host"]
+    freeze = fleet.ssh(
+        host, f"/opt/sglang/tools/uv-0.13.8/bin/uv pip freeze --python {ROOT}/current/bin/python"
+    )
+    installed = {
+        line.split("==")[0].lower().replace("_", "-"): line.split("==")[1]
+        for line in freeze.stdout.split()
+        if "==" in line
+    }
+    stack, _tools = split_tools(lock_files())
+    assert installed == {item["name"]: item["version"] for item in stack}
+
+
+def test_the_stack_imports_sglang_server_args(locked, fleet):
+    out = fleet.ssh(
+        locked["host"],
+        f"{ROOT}/current/bin/python -c 'import sglang, sglang.srt.server_args, torch; "
+        "print(sglang.__version__, torch.__version__)'",
+        timeout=300,
+    )
+    assert out.stdout.split() == ["0.5.23", "2.14.1+cu130"]
+
+
+def test_the_stack_records_its_lock(locked, fleet):
+    host = locked["host"]
+    manifest = json.loads(fleet.ssh(host, f"cat {ROOT}/current/stack.json").stdout)
+    assert len(manifest["fingerprint_inputs"]["lock_sha256"]) == 64
+    copied = fleet.ssh(host, f"sha256sum {ROOT}/current/pylock.toml").stdout.split()[0]
+    assert (
+        copied
+        == hashlib.sha256(LOCK.read_bytes()).hexdigest()
+        == manifest["fingerprint_inputs"]["lock_sha256"]
+    )
+
+
+def test_a_second_run_changes_nothing(locked):
+    second = locked["second"]
+    assert second is not None and second.rc == 0, second.stdout[-4000:] if second else "first run failed"
+    assert second.stats["changed"].get(locked["host"], 0) == 0, [
+        res["task"] for res in second.results[locked["host"]] if res.get("changed")
+    ]
