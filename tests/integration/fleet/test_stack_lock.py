@@ -120,7 +120,8 @@ def test_the_stack_records_its_lock(locked, fleet):
 
 def test_a_second_run_changes_nothing(locked):
     second = locked["second"]
-    assert second is not None and second.rc == 0, second.stdout[-4000:] if second else "first run failed"
+    assert second is not None, "the first run failed"
+    assert second.rc == 0, second.stdout[-4000:]
     assert second.stats["changed"].get(locked["host"], 0) == 0, [
         res["task"] for res in second.results[locked["host"]] if res.get("changed")
     ]
