@@ -78,7 +78,7 @@ def setup(tmp_path, uv_file):
         path.write_text(profile_text if profile_text is not None else yaml.safe_dump(data))
         if lock is not None:
             (profiles / "pylock.stable.toml").write_text(lock)
-        extravars = {
+        variables = {
             "stack_profile": str(path),
             "stack_root": str(tmp_path / "stacks"),
             "stack_tools_dir": str(tmp_path / "tools"),
@@ -90,8 +90,9 @@ def setup(tmp_path, uv_file):
             "stack_min_free_gb": 0.01,
             "gpu_capability": "12.0",
         }
-        play = [{"hosts": "localhost", "gather_facts": False, "roles": [{"role": "stack"}]}]
-        return run_playbook(play, extravars=extravars)
+        # play vars, not extra vars: an extra stack_profile would outrank the profile the role publishes
+        play = [{"hosts": "localhost", "gather_facts": False, "vars": variables, "roles": [{"role": "stack"}]}]
+        return run_playbook(play)
 
     run.root = tmp_path / "stacks"
     return run
@@ -126,15 +127,15 @@ def test_a_lock_whose_pins_moved_names_the_package(setup, uv_file):
 
 
 def test_a_lock_that_is_not_toml_names_file_and_line(setup):
-    message = failure(setup(lock='lock-version = "1.0"\n\npackages = [[\n'))
+    message = failure(setup(lock='lock-version = "1.0"\n\nname = = 3\n[[packages]]\n'))
     assert "pylock.stable.toml is not valid TOML: " in message
     assert "line 3" in message
     assert nothing_under(setup.root)
 
 
 def test_a_profile_that_is_not_yaml_names_file_and_line(setup, uv_file):
-    message = failure(setup(profile_text="name: stable\npython: '3.11\ncuda: {}\n", lock=lock_text(uv_file)))
-    assert "stable.yml is not valid YAML at line 2, column 9: " in message
+    message = failure(setup(profile_text="name: stable\n- python\n", lock=lock_text(uv_file)))
+    assert "stable.yml is not valid YAML at line 2, column 1: expected <block end>, but found '-'" in message
     assert nothing_under(setup.root)
 
 
