@@ -11,11 +11,11 @@ description:
     C(make lock PROFILE=<name>)), on the controller.
   - Fails, naming the package, when the lock no longer holds the profile's pins (torch, sglang,
     flashinfer, uv, and the kernel unless it is built from source), and says C(make lock PROFILE=...).
-  - With O(machine) and O(python_version), narrows the lock to what such a host installs: one wheel
+  - With O(machine) and O(python_version), narrows the lock to what such a host installs, one wheel
     per package (the one the host's tags prefer), each with its URL, size and sha256; fails naming every
     package the lock has no wheel for on that host (a lock made for another Python or platform).
   - Without O(machine), reports which of the lock's platforms (Linux x86_64, aarch64) lack a wheel.
-  - Never changes anything. Runs on the controller (C(delegate_to: localhost)): it needs Python >= 3.11.
+  - Never changes anything. Runs on the controller (C(delegate_to=localhost)); it needs Python >= 3.11.
 version_added: "1.0.0"
 author: sglang-fleet maintainers (@sglang-fleet)
 options:
