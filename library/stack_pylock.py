@@ -109,6 +109,10 @@ requirements:
   description: Exact pins with their sha256 each, for C(uv pip sync --require-hashes).
   returned: always
   type: str
+coverage_header:
+  description: Comment lines naming the platforms the lock covers and each package without a wheel.
+  returned: when machine is empty and a lock is read
+  type: str
 lock_inputs:
   description: The requirements C(make lock) resolves (the profile's pins, on Linux x86_64 and aarch64).
   returned: always
@@ -116,7 +120,7 @@ lock_inputs:
   elements: str
 coverage:
   description: Per platform of the lock, the packages it has no wheel for (empty list - covered).
-  returned: when machine is empty
+  returned: when machine is empty and a lock is read
   type: dict
 """
 
@@ -127,6 +131,7 @@ from ansible.module_utils.pylock import (
     LockError,
     check_python_version,
     coverage,
+    coverage_header,
     lock_file_name,
     lock_requirements,
     pin_problems,
@@ -197,6 +202,7 @@ def main():
             result.update(files=stack, tool_files=tools, requirements=requirements_text(stack))
         else:
             result["coverage"] = coverage(lock, python, params["glibc"])
+            result["coverage_header"] = coverage_header(result["coverage"], python, params["glibc"])
     except LockError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(**result)

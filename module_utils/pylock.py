@@ -266,6 +266,15 @@ def coverage(lock, python_version, glibc=DEFAULT_GLIBC, machines=LOCK_MACHINES):
     return {machine: select(lock, machine, python_version, glibc)[1] for machine in machines}
 
 
+def coverage_header(covered, python_version, glibc):
+    """Comment lines that head a lock: the platforms it covers, and each package without a wheel."""
+    states = "; ".join(f"Linux {machine} {'complete' if not missing else 'INCOMPLETE'}"
+                       for machine, missing in covered.items())
+    lines = [f"# Platforms: {states} (CPython {python_version}, glibc >= {glibc})."]
+    lines += [f"# no wheel: {problem}" for missing in covered.values() for problem in missing]
+    return "".join(line + "\n" for line in lines)
+
+
 def split_tools(files):
     """(stack files, tool files): the pinned uv goes to the tools directory, not into the stack."""
     stack = [item for item in files if item["name"] not in TOOL_PACKAGES]

@@ -91,7 +91,9 @@ def setup(tmp_path, uv_file):
             "gpu_capability": "12.0",
         }
         # play vars, not extra vars: an extra stack_profile would outrank the profile the role publishes
-        play = [{"hosts": "localhost", "gather_facts": False, "vars": variables, "roles": [{"role": "stack"}]}]
+        play = [
+            {"hosts": "localhost", "gather_facts": False, "vars": variables, "roles": [{"role": "stack"}]}
+        ]
         return run_playbook(play)
 
     run.root = tmp_path / "stacks"
