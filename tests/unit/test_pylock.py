@@ -11,6 +11,7 @@ from ansible.module_utils.pylock import (
     LockError,
     check_python_version,
     coverage,
+    coverage_header,
     host_tags,
     lock_file_name,
     lock_requirements,
@@ -380,3 +381,14 @@ def test_the_committed_stable_lock_matches_its_profile_and_covers_both_platforms
     names = {item["name"] for item in files}
     assert {"torch", "sglang", "flashinfer-python", "sglang-kernel", "uv"} <= names
     assert all(len(item["sha256"]) == 64 and item["url"].startswith("https://") for item in files)
+
+
+def test_coverage_header_names_platforms_and_each_missing_wheel():
+    assert coverage_header({"x86_64": [], "aarch64": []}, "3.11", "2.35") == (
+        "# Platforms: Linux x86_64 complete; Linux aarch64 complete (CPython 3.11, glibc >= 2.35).\n"
+    )
+    assert coverage_header({"x86_64": [], "aarch64": ["z 1: no wheel", "y 2: no wheel"]}, "3.12", "2.28") == (
+        "# Platforms: Linux x86_64 complete; Linux aarch64 INCOMPLETE (CPython 3.12, glibc >= 2.28).\n"
+        "# no wheel: z 1: no wheel\n"
+        "# no wheel: y 2: no wheel\n"
+    )
