@@ -11,11 +11,12 @@ PYTEST_ARGS ?=
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help setup site lock test lint ruff ansible-lint syntax pytest unit integration mutation fleet-up fleet-down clean
+.PHONY: help setup site lock bundle test lint ruff ansible-lint syntax pytest unit integration mutation fleet-up fleet-down clean
 
 help:
 	@echo "make site        provision the hosts of INVENTORY (default: this machine, inventory/local)"
 	@echo "make lock        (re)write profiles/pylock.PROFILE.toml (PROFILE=stable), the profile's full hashed lock"
+	@echo "make bundle      bundles/PROFILE: the lock and its wheels, for installs with no index (PLATFORMS=...)"
 	@echo "make test        ruff, ansible-lint (production), syntax-check of every playbook, pytest"
 	@echo "make setup       create .venv/ from requirements.txt (no-op when up to date)"
 	@echo "make unit        unit tests only (fast, no fleet, no nvcc)"
@@ -39,6 +40,13 @@ site: setup
 PROFILE ?= stable
 lock: setup
 	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/lock.yml -e stack_profile=$(PROFILE) $(LOCK_ARGS)
+
+# One directory (bundles/$(PROFILE) unless BUNDLE_DIR) that site.yml installs the locked stack from offline.
+PLATFORMS ?= x86_64 aarch64
+BUNDLE_DIR ?=
+bundle: setup
+	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/bundle.yml -e stack_profile=$(PROFILE) \
+	  -e "stack_bundle_platforms='$(PLATFORMS)'" -e "stack_bundle_dir='$(BUNDLE_DIR)'" $(BUNDLE_ARGS)
 
 test: lint syntax pytest
 

@@ -45,6 +45,12 @@ options:
     description: The host's glibc version (C(getconf GNU_LIBC_VERSION)), which decides its manylinux tags.
     type: str
     default: "2.28"
+  every_variant:
+    description:
+      - Return every wheel a host of O(machine) and the Python may pick (any glibc up to O(glibc)), not only
+        the one a host of that glibc prefers - what an offline bundle carries.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -152,6 +158,7 @@ def main():
             "machine": {"type": "str", "default": ""},
             "python_version": {"type": "str", "default": ""},
             "glibc": {"type": "str", "default": "2.28"},
+            "every_variant": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -192,7 +199,14 @@ def main():
             sha256=digest, created_by=str(lock.get("created-by", "")), packages=len(lock["packages"])
         )
         if params["machine"]:
-            files, problems = select(lock, params["machine"], python, params["glibc"], lock_path=path)
+            files, problems = select(
+                lock,
+                params["machine"],
+                python,
+                params["glibc"],
+                lock_path=path,
+                every_variant=params["every_variant"],
+            )
             if problems:
                 raise LockError(
                     "; ".join(problems) + f". Nothing was installed. Run `make lock PROFILE={name}` "

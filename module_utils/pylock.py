@@ -190,12 +190,14 @@ def _applies(package, environment):
         raise LockError(f"{package.get('name')}: invalid marker {marker!r}: {exc}") from None
 
 
-def select(lock, machine, python_version, glibc=DEFAULT_GLIBC, lock_path="the lock"):
+def select(lock, machine, python_version, glibc=DEFAULT_GLIBC, lock_path="the lock", *, every_variant=False):
     """The one file per package that a Linux ``machine`` host with CPython ``python_version`` installs.
 
     Returns (files, problems): files are dicts name/version/filename/url/sha256/size, sorted by name;
     problems name each package the lock has no usable wheel for on that host (an sdist is never built
-    on a host: that is a lock made for another platform or Python).
+    on a host: that is a lock made for another platform or Python). With ``every_variant`` every wheel
+    a host of that machine and Python may pick is returned (any glibc up to ``glibc``): what an offline
+    bundle must carry for hosts whose glibc it does not know.
     """
     requires = lock.get("requires-python")
     environment = marker_environment(machine, python_version)
@@ -241,7 +243,7 @@ def select(lock, machine, python_version, glibc=DEFAULT_GLIBC, lock_path="the lo
                 "size": wheel.get("size"),
             }
         )
-    files.sort(key=lambda item: item["name"])
+    files.sort(key=lambda item: (item["name"], item["filename"]))
     return files, problems
 
 
@@ -268,8 +270,10 @@ def coverage(lock, python_version, glibc=DEFAULT_GLIBC, machines=LOCK_MACHINES):
 
 def coverage_header(covered, python_version, glibc):
     """Comment lines that head a lock: the platforms it covers, and each package without a wheel."""
-    states = "; ".join(f"Linux {machine} {'complete' if not missing else 'INCOMPLETE'}"
-                       for machine, missing in covered.items())
+    states = "; ".join(
+        f"Linux {machine} {'complete' if not missing else 'INCOMPLETE'}"
+        for machine, missing in covered.items()
+    )
     lines = [f"# Platforms: {states} (CPython {python_version}, glibc >= {glibc})."]
     lines += [f"# no wheel: {problem}" for missing in covered.values() for problem in missing]
     return "".join(line + "\n" for line in lines)

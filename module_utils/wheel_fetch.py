@@ -10,6 +10,7 @@ Stdlib only, Python 3.8+ (runs on managed hosts and on the controller).
 """
 
 import hashlib
+import json
 import os
 import shutil
 import urllib.error
@@ -17,6 +18,9 @@ import urllib.parse
 import urllib.request
 
 CHUNK = 1 << 20
+# Per directory: {file name: [size, mtime_ns, sha256]} of files already hashed, so that a directory of
+# several GB is not hashed again on every run; a file whose size or mtime changed is hashed again.
+VERIFIED = ".verified.json"
 
 
 class FetchError(Exception):
@@ -29,6 +33,37 @@ def file_sha256(path):
         for block in iter(lambda: handle.read(CHUNK), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def load_verified(dest):
+    try:
+        with open(os.path.join(dest, VERIFIED), encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def save_verified(dest, verified):
+    temporary = os.path.join(dest, VERIFIED + ".tmp")
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(verified, handle, sort_keys=True)
+    os.replace(temporary, os.path.join(dest, VERIFIED))
+
+
+def known_sha256(path, verified):
+    """sha256 of ``path``, from ``verified`` while its size and mtime are unchanged; None when missing."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    name = os.path.basename(path)
+    entry = verified.get(name)
+    if isinstance(entry, list) and entry[:2] == [stat.st_size, stat.st_mtime_ns]:
+        return entry[2]
+    digest = file_sha256(path)
+    verified[name] = [stat.st_size, stat.st_mtime_ns, digest]
+    return digest
 
 
 def _is_url(source):
@@ -68,13 +103,14 @@ def _download(url, partial, timeout):
             shutil.copyfileobj(response, handle, CHUNK)
 
 
-def fetch_one(item, dest, mirrors, use_recorded_url, timeout=60):
+def fetch_one(item, dest, mirrors, use_recorded_url, timeout=60, *, verified=None):
     """Put ``item`` into ``dest``. Returns (state, source): state 'present' or 'fetched'.
 
     Raises FetchError with every source tried and why it was refused.
     """
+    verified = {} if verified is None else verified
     target = os.path.join(dest, item["filename"])
-    if os.path.isfile(target) and file_sha256(target) == item["sha256"]:
+    if os.path.isfile(target) and known_sha256(target, verified) == item["sha256"]:
         return "present", target
     tried = []
     for source in candidates(item, mirrors, use_recorded_url):
@@ -104,6 +140,8 @@ def fetch_one(item, dest, mirrors, use_recorded_url, timeout=60):
             tried.append(f"{source}: sha256 {got}, the lock has {item['sha256']}")
             continue
         os.replace(partial, target)
+        stat = os.stat(target)
+        verified[item["filename"]] = [stat.st_size, stat.st_mtime_ns, got]
         return "fetched", source
     if not tried:
         tried.append("no source: no mirror given and the lock's own URLs are not to be used")
@@ -120,18 +158,21 @@ def fetch_all(files, dest, mirrors=(), use_recorded_url=True, timeout=60, *, che
     errors = []
     if not check_only:
         os.makedirs(dest, exist_ok=True)
+    verified = load_verified(dest)
     for item in files:
         target = os.path.join(dest, item["filename"])
         if check_only:
-            ok = os.path.isfile(target) and file_sha256(target) == item["sha256"]
+            ok = os.path.isfile(target) and known_sha256(target, verified) == item["sha256"]
             result["present" if ok else "missing"].append(item["filename"])
             continue
         try:
-            state, _source = fetch_one(item, dest, list(mirrors), use_recorded_url, timeout)
+            state, _source = fetch_one(item, dest, list(mirrors), use_recorded_url, timeout, verified=verified)
         except FetchError as exc:
             errors.append(str(exc))
             continue
         result[state].append(item["filename"])
+    if not check_only:
+        save_verified(dest, verified)
     if errors:
         raise FetchError(
             f"{len(errors)} of {len(files)} files could not be fetched into {dest}: " + " | ".join(errors)

@@ -13,7 +13,17 @@ import threading
 import typing
 
 import pytest
-from ansible.module_utils.wheel_fetch import FetchError, candidates, fetch_all, fetch_one, file_sha256
+from ansible.module_utils.wheel_fetch import (
+    VERIFIED,
+    FetchError,
+    candidates,
+    fetch_all,
+    fetch_one,
+    file_sha256,
+    known_sha256,
+    load_verified,
+    save_verified,
+)
 
 CONTENT = b"wheel bytes " * 1000
 SHA = hashlib.sha256(CONTENT).hexdigest()
@@ -224,3 +234,37 @@ def test_fetch_all_creates_the_directory_and_check_only_changes_nothing(server, 
         "a-1-py3-none-any.whl"
     ]
     assert fetch_all(files, str(dest), check_only=True)["present"] == ["a-1-py3-none-any.whl"]
+
+
+def test_hashes_are_remembered_while_size_and_mtime_hold(server, tmp_path):
+    Handler.files["/a.whl"] = CONTENT
+    files = [item(server + "/a.whl", "a-1-py3-none-any.whl")]
+    fetch_all(files, str(tmp_path))
+    target = tmp_path / "a-1-py3-none-any.whl"
+    verified = load_verified(str(tmp_path))
+    stat = target.stat()
+    assert verified == {"a-1-py3-none-any.whl": [stat.st_size, stat.st_mtime_ns, SHA]}
+    # same size and mtime: the remembered hash is trusted (the file is not read again)
+    target.write_bytes(b"X" * len(CONTENT))
+    os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert fetch_all(files, str(tmp_path))["present"] == ["a-1-py3-none-any.whl"]
+    # another mtime: hashed again, found wrong, fetched again
+    os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert fetch_all(files, str(tmp_path))["fetched"] == ["a-1-py3-none-any.whl"]
+    assert target.read_bytes() == CONTENT
+
+
+def test_known_sha256_of_a_missing_file_and_a_damaged_record(tmp_path):
+    assert known_sha256(str(tmp_path / "none.whl"), {}) is None
+    (tmp_path / VERIFIED).write_text("not json")
+    assert load_verified(str(tmp_path)) == {}
+    (tmp_path / VERIFIED).write_text("[1, 2]")
+    assert load_verified(str(tmp_path)) == {}
+    path = tmp_path / "f.whl"
+    path.write_bytes(CONTENT)
+    record = {"f.whl": "garbage"}
+    assert known_sha256(str(path), record) == SHA
+    assert record["f.whl"][2] == SHA
+    save_verified(str(tmp_path), record)
+    assert load_verified(str(tmp_path)) == record
+    assert not (tmp_path / (VERIFIED + ".tmp")).exists()
