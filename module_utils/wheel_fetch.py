@@ -166,7 +166,9 @@ def fetch_all(files, dest, mirrors=(), use_recorded_url=True, timeout=60, *, che
             result["present" if ok else "missing"].append(item["filename"])
             continue
         try:
-            state, _source = fetch_one(item, dest, list(mirrors), use_recorded_url, timeout, verified=verified)
+            state, _source = fetch_one(
+                item, dest, list(mirrors), use_recorded_url, timeout, verified=verified
+            )
         except FetchError as exc:
             errors.append(str(exc))
             continue
