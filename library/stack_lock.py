@@ -53,6 +53,11 @@ options:
     description: With O(action=check_wheels), fail when any wheel is missing or differs.
     type: bool
     default: true
+  profile_lock:
+    description:
+      - With O(action=build), the profile's PEP 751 lock on the controller, whose URLs the returned C(pylock)
+        gives each wheel it names.
+    type: path
 attributes:
   check_mode:
     support: full
@@ -107,6 +112,13 @@ drift:
     message:
       description: The difference in words.
       type: str
+pylock:
+  description:
+    - The same lock as PEP 751 text (C(pylock.<name>.toml)) - every distribution with a kept wheel, each wheel
+      with its sha256 and the URL the profile's lock (O(profile_lock)) names for it, else a path beside the
+      lock; C(uv pip sync) installs it without this project.
+  returned: when action is build
+  type: str
 missing:
   description: One message per distribution that cannot be reinstalled from O(wheel_store).
   returned: when action is check_wheels
@@ -142,6 +154,8 @@ wheels:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.pylock import LockError as PylockError
+from ansible.module_utils.pylock import read_lock, render_lock, wheel_urls
 from ansible.module_utils.stack_lock import (
     LockError,
     build_lock,
@@ -168,6 +182,7 @@ def main():
             "wheel_store": {"type": "path"},
             "kernel_store": {"type": "path"},
             "fail_on_missing": {"type": "bool", "default": True},
+            "profile_lock": {"type": "path"},
         },
         required_if=[("action", action, list(names)) for action, names in REQUIRED.items()],
         supports_check_mode=True,
@@ -204,6 +219,22 @@ def _kernel_listing(module, fingerprint, wanted):
     return _listing(module, directory, wanted, "kernel_store")
 
 
+def _pylock(module, lock):
+    """The lock as PEP 751 text: the wheels' URLs from the profile's lock where it names them."""
+    urls = {}
+    if module.params["profile_lock"] and os.path.exists(module.params["profile_lock"]):
+        try:
+            urls = wheel_urls(read_lock(module.params["profile_lock"])[0])
+        except PylockError as exc:
+            module.fail_json(msg=str(exc))
+    python = ((lock.get("stack") or {}).get("python") or "").split(".")
+    requires = f"=={python[0]}.{python[1]}.*" if len(python) >= 2 else None
+    header = [f"{lock['name']}: what {lock.get('captured_from')} ran at {lock.get('captured_at')} "
+              f"(stack {(lock.get('stack') or {}).get('name')}), written by playbooks/snapshot.yml.",
+              "Install it with `uv pip sync --require-hashes` or playbooks/reproduce.yml; do not edit."]
+    return render_lock(lock["distributions"], requires_python=requires, urls=urls, header=header)
+
+
 def run(module):
     params = module.params
     if params["action"] == "build":
@@ -212,7 +243,7 @@ def run(module):
         kernel = _kernel_listing(module, (facts.get("sgl_kernel") or {}).get("build_fingerprint"), wanted)
         store = _listing(module, params["wheel_store"], wanted, "wheel_store")
         lock = build_lock(params["name"], facts, store, kernel)
-        module.exit_json(changed=False, lock=lock)
+        module.exit_json(changed=False, lock=lock, pylock=_pylock(module, lock))
     try:
         lock = validate_lock(params["lock"])
     except LockError as exc:

@@ -13,6 +13,7 @@ Runs on the controller (Python >= 3.11: tomllib; ``packaging`` comes with ansibl
 """
 
 import hashlib
+import json
 import re
 
 try:
@@ -290,3 +291,57 @@ def check_python_version(value):
     if not isinstance(value, str) or not re.fullmatch(r"\d+\.\d+(\.\d+)?", value):
         raise LockError(f"python version must look like 3.11 or 3.11.7, got {value!r}")
     return value
+
+
+def wheel_urls(lock):
+    """{wheel file name: url} of every wheel a lock records with a URL."""
+    urls = {}
+    for package in lock.get("packages") or []:
+        for wheel in package.get("wheels") or []:
+            if wheel.get("url"):
+                urls[_file_name(wheel)] = wheel["url"]
+    return urls
+
+
+def _toml(value):
+    """A TOML basic string (JSON's escapes are TOML's for the characters these files hold)."""
+    return json.dumps(str(value), ensure_ascii=False)
+
+
+def render_lock(distributions, *, requires_python=None, urls=None, header=()):
+    """PEP 751 text for exactly ``distributions`` ([{name, version, wheels: [{file, sha256}]}]).
+
+    Each wheel gets the URL ``urls`` knows for its file name (the profile's lock), else a ``path`` beside
+    the lock file (the wheel is in the controller's wheel cache or the kernel's artifact store). A
+    distribution without a known wheel cannot be installed from a lock: it is listed in a comment.
+    """
+    urls = urls or {}
+    lines = [f"# {line}" for line in header]
+    unplaced = [f"{d['name']}=={d['version']}" for d in distributions if not d.get("wheels")]
+    if unplaced:
+        lines.append("# not in this lock (no wheel of it was kept): " + ", ".join(unplaced))
+    lines += ['lock-version = "1.0"', 'created-by = "sglang-fleet snapshot"']
+    if requires_python:
+        lines.append(f"requires-python = {_toml(requires_python)}")
+    for dist in distributions:
+        if not dist.get("wheels"):
+            continue
+        lines += [
+            "",
+            "[[packages]]",
+            f"name = {_toml(dist['name'])}",
+            f"version = {_toml(dist['version'])}",
+            "wheels = [",
+        ]
+        for wheel in sorted(dist["wheels"], key=lambda w: w["file"]):
+            where = (
+                f"url = {_toml(urls[wheel['file']])}"
+                if wheel["file"] in urls
+                else f"path = {_toml(wheel['file'])}"
+            )
+            lines.append(
+                f"    {{ name = {_toml(wheel['file'])}, {where}, "
+                f"hashes = {{ sha256 = {_toml(wheel['sha256'])} }} }},"
+            )
+        lines.append("]")
+    return "\n".join(lines) + "\n"

@@ -19,9 +19,11 @@ from ansible.module_utils.pylock import (
     marker_environment,
     pin_problems,
     read_lock,
+    render_lock,
     requirements_text,
     select,
     split_tools,
+    wheel_urls,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -392,3 +394,62 @@ def test_coverage_header_names_platforms_and_each_missing_wheel():
         "# no wheel: z 1: no wheel\n"
         "# no wheel: y 2: no wheel\n"
     )
+
+
+def test_render_lock_is_a_pep_751_lock_that_reads_back(tmp_path):
+    dists = [
+        {
+            "name": "six",
+            "version": "1.17.0",
+            "wheels": [{"file": "six-1.17.0-py3-none-any.whl", "sha256": "5" * 64}],
+        },
+        {
+            "name": "sglang-kernel",
+            "version": "0.4.10",
+            "wheels": [{"file": "sglang_kernel-0.4.10-1abc-cp310-abi3-linux_x86_64.whl", "sha256": "6" * 64}],
+        },
+        {"name": "pip", "version": "25.0", "wheels": []},
+    ]
+    urls = {"six-1.17.0-py3-none-any.whl": "https://files.example/six-1.17.0-py3-none-any.whl"}
+    text = render_lock(
+        dists, requires_python="==3.11.*", urls=urls, header=["captured from gpu-1", 'with "quotes"']
+    )
+    assert text.startswith(
+        '# captured from gpu-1\n# with "quotes"\n# not in this lock (no wheel of it was kept): '
+        'pip==25.0\nlock-version = "1.0"\n'
+    )
+    path = tmp_path / "pylock.good.toml"
+    path.write_text(text)
+    lock, _ = read_lock(str(path))
+    assert lock["requires-python"] == "==3.11.*"
+    assert lock["created-by"] == "sglang-fleet snapshot"
+    assert [p["name"] for p in lock["packages"]] == ["six", "sglang-kernel"]
+    assert lock["packages"][0]["wheels"] == [
+        {
+            "name": "six-1.17.0-py3-none-any.whl",
+            "url": urls["six-1.17.0-py3-none-any.whl"],
+            "hashes": {"sha256": "5" * 64},
+        }
+    ]
+    assert lock["packages"][1]["wheels"][0]["path"] == "sglang_kernel-0.4.10-1abc-cp310-abi3-linux_x86_64.whl"
+    files, problems = select(lock, "x86_64", "3.11", "2.36")
+    assert problems == []
+    assert [item["filename"] for item in files] == [  # sorted by canonical name
+        "sglang_kernel-0.4.10-1abc-cp310-abi3-linux_x86_64.whl",
+        "six-1.17.0-py3-none-any.whl",
+    ]
+
+
+def test_render_lock_without_requires_python_or_header():
+    text = render_lock(
+        [{"name": "a", "version": "1", "wheels": [{"file": "a-1-py3-none-any.whl", "sha256": "1"}]}]
+    )
+    assert text.splitlines()[:3] == ['lock-version = "1.0"', 'created-by = "sglang-fleet snapshot"', ""]
+    assert "requires-python" not in text
+
+
+def test_wheel_urls_of_a_lock():
+    assert wheel_urls(lock_of(SIX, package("x", "1", [{"path": "x-1-py3-none-any.whl", "hashes": {}}]))) == {
+        "six-1.17.0-py2.py3-none-any.whl": "https://files.example/six-1.17.0-py2.py3-none-any.whl"
+    }
+    assert wheel_urls({"packages": [{"name": "y"}]}) == {}
