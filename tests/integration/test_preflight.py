@@ -112,13 +112,27 @@ def test_unsupported_os_can_be_reported_only():
     assert "NOT supported" in result.task("localhost", "Report the operating system")["msg"]
 
 
-def test_site_runs_to_a_summary_on_this_machine():
-    result = run_playbook(SITE)
-    assert result.rc == 0, result.stdout
-    summary = result.task("localhost", "Show the host summary")["msg"]
+def test_site_provisions_a_second_stack_root_and_cache_beside_the_first(tmp_path):
+    """`make site`'s playbook on this machine, into an empty stack root and an empty wheel cache given
+    with -e (beside the machine's own), then again: the second run changes nothing. The machine's own
+    wheel cache, where an earlier `make site` filled it, serves as a mirror (files hardlinked by name and
+    sha256); without it the lock's files are fetched from the URLs the lock records."""
+    machine_cache = Path.home() / ".cache" / "sglang" / "wheels"
+    extravars = {"stack_root": str(tmp_path / "stacks"), "stack_wheel_cache_dir": str(tmp_path / "wheels"),
+                 "stack_find_links": [str(machine_cache)] if machine_cache.is_dir() else []}
+    first = run_playbook(SITE, extravars=extravars)
+    assert first.rc == 0, first.stdout[-6000:]
+    summary = first.task("localhost", "Show the host summary")["msg"]
     assert any(line.startswith("os: ") for line in summary)
-    assert result.stats["failures"] == {}
-    assert not any(result.stats.get("changed", {}).values())
+    stacks = [p.name for p in (tmp_path / "stacks").iterdir()]
+    assert "current" in stacks
+    assert len(stacks) == 2, stacks
+    assert len(list((tmp_path / "wheels").glob("*.whl"))) > 100
+    second = run_playbook(SITE, extravars=extravars)
+    assert second.rc == 0, second.stdout[-4000:]
+    assert second.stats["failures"] == {}
+    assert not any(second.stats.get("changed", {}).values()), [
+        res["task"] for res in second.results["localhost"] if res.get("changed")]
 
 
 def test_inventory_check_module_bad_spec_is_a_clear_failure():
