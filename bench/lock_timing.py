@@ -86,7 +86,8 @@ def local_runs(work: Path) -> None:
         noop, noop_changed, _ = site(extravars)
         same = installed(str(root / "current" / "bin" / "python")) == locked_set()
         print(
-            f"   {label}: first {first:7.1f} s (changed {changed}), no-op {noop:6.1f} s (changed {noop_changed}),"
+            f"   {label}: first {first:7.1f} s (changed {changed}), "
+            f"no-op {noop:6.1f} s (changed {noop_changed}),"
             f" installed set == lock: {same}"
         )
         shutil.rmtree(root, ignore_errors=True)
@@ -136,7 +137,8 @@ def fleet_runs(bundle_dir: Path) -> None:
             ]
             print(f"   {host}: sync {durations[0] if durations else '?'}, installed set == lock: {same}")
         print(
-            f"   site.yml on 3 hosts in parallel: {total:.1f} s ({total / 3:.1f} s per host), changed {changed}"
+            f"   site.yml on 3 hosts in parallel: {total:.1f} s "
+            f"({total / 3:.1f} s per host), changed {changed}"
         )
     finally:
         fleet.down()
