@@ -81,7 +81,9 @@ EXAMPLES = r"""
     name: kimi
     speculative: {algorithm: EAGLE3, draft_model_path: lightseekorg/kimi-k2.5-eagle3, num_steps: 3,
                   eagle_topk: 1, num_draft_tokens: 4}
-    prompts: ["Write a Python function that reverses a linked list.", "Explain how a heat pump works."]
+    prompts:
+      - Write a Python function that reverses a linked list.
+      - Explain how a heat pump works.
     min_accept_length: 1.8
     mode: warn
 """
@@ -93,7 +95,8 @@ status:
   type: str
   sample: ok
 msg:
-  description: The verdict with the measured figures, the draft model and, below the minimum, the likely causes.
+  description: >-
+    The verdict with the measured figures, the draft model and, below the minimum, the likely causes.
   returned: always
   type: str
 name:
@@ -172,7 +175,8 @@ def main():
                              f"timeout={p['timeout']}", status="fail", **result)
     try:
         check_minimum(p["min_accept_length"], spec)
-        figures = summarize(probe(p["url"], p["prompts"], p["max_new_tokens"], p["api_key"], p["timeout"]))
+        figures = summarize(probe(p["url"], p["prompts"], p["max_new_tokens"], api_key=p["api_key"],
+                                  timeout=p["timeout"]))
         result.update(figures)
         result.update(decide(figures, p["min_accept_length"], p["mode"], p["name"], spec))
     except ConfigError as exc:

@@ -149,7 +149,7 @@ def post(url, body, api_key="", timeout=60.0):
         raise ProbeError(f"POST {url}: {getattr(exc, 'reason', exc)}") from None
 
 
-def probe(base_url, prompts, max_new_tokens, api_key="", timeout=60.0, send=post):
+def probe(base_url, prompts, max_new_tokens, *, api_key="", timeout=60.0, send=post):
     """The samples of one /generate request per prompt, in order."""
     if not prompts:
         raise ProbeError("the probe's prompt set is empty")

@@ -1,5 +1,6 @@
 """Every command line the role renders (tests/unit/cases/sglang_cmdline.yml, EAGLE-3 and multi-node
-included, and every served-model entry of the shipped example inventories) parses with the REAL sglang 0.5.23 parser (``prepare_server_args``, what launch_server runs
+included, and every served-model entry of the shipped example inventories) parses with the REAL sglang
+0.5.23 parser (``prepare_server_args``, what launch_server runs
 first); the entries the role rejects never get that far; and the parser does reject what 0.5.23 does
 not know, so a pass means something."""
 
@@ -92,9 +93,10 @@ def test_the_example_inventories_command_lines_parse_with_the_real_parser():
         assert parsed["attention_backend"] == entry.model.get("attention_backend"), entry.where
         spec = entry.model.get("speculative")
         if spec:
-            assert (parsed["speculative_algorithm"], parsed["draft"], parsed["num_steps"], parsed["topk"],
-                    parsed["draft_tokens"]) == (spec["algorithm"], spec["draft_model_path"], spec["num_steps"],
-                                                spec["eagle_topk"], spec["num_draft_tokens"]), entry.where
+            parsed_spec = (parsed["speculative_algorithm"], parsed["draft"], parsed["num_steps"],
+                           parsed["topk"], parsed["draft_tokens"])
+            assert parsed_spec == (spec["algorithm"], spec["draft_model_path"], spec["num_steps"],
+                                   spec["eagle_topk"], spec["num_draft_tokens"]), entry.where
     kimi = {e.capability: p for e, p in zip(entries, results) if e.inventory == "kimi-k2.5"}
     assert kimi["12.0"]["attention_backend"] == "triton"
     assert kimi["10.0"]["attention_backend"] == "trtllm_mla"

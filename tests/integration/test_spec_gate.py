@@ -36,9 +36,9 @@ def _free_port() -> int:
 def _args(port: int, speculative: bool) -> list[str]:
     args = ["--model-path", "/models/kimi-k2.5", "--host", "127.0.0.1", "--port", str(port)]
     if speculative:
-        args += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", EAGLE["draft_model_path"],
-                 "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
-                 "--speculative-num-draft-tokens", "4"]
+        args += ["--speculative-algorithm", "EAGLE3",
+                 "--speculative-draft-model-path", EAGLE["draft_model_path"], "--speculative-num-steps", "3",
+                 "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
     return args
 
 

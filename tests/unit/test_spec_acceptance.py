@@ -257,7 +257,7 @@ def test_post_to_nothing_is_a_probe_error():
 
 
 def test_probe_sends_one_greedy_request_per_prompt(server):
-    samples = probe(server + "/", ["a", "b"], 32, "k", 5)
+    samples = probe(server + "/", ["a", "b"], 32, api_key="k", timeout=5)
     assert samples == [parse_generate(SGLANG_ANSWER)] * 2
     assert [(s[0], s[1], s[3]) for s in ServerPlay.seen] == [
         ("/generate", "Bearer k", request_body("a", 32)), ("/generate", "Bearer k", request_body("b", 32))]
@@ -270,7 +270,7 @@ def test_probe_passes_its_arguments_to_send():
         calls.append((url, body, api_key, timeout))
         return 200, SGLANG_ANSWER
 
-    probe("http://h:1", ["p"], 7, "key", 3.5, send=send)
+    probe("http://h:1", ["p"], 7, api_key="key", timeout=3.5, send=send)
     assert calls == [("http://h:1/generate", request_body("p", 7), "key", 3.5)]
 
 
