@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
@@ -217,7 +219,10 @@ class ServerPlay(BaseHTTPRequestHandler):
         ServerPlay.seen.append((self.path, self.headers.get("Authorization"),
                                 self.headers.get("Content-Type"), body))
         code, text = ServerPlay.answers.pop(0) if ServerPlay.answers else (200, SGLANG_ANSWER)
-        data = text.encode()
+        if code == 0:  # never answer: the client's timeout must end the request
+            time.sleep(1)
+            return
+        data = text if isinstance(text, bytes) else text.encode()
         self.send_response(code)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -249,11 +254,41 @@ def test_post_without_a_key_sends_no_authorization(server):
 def test_post_returns_an_http_error_with_its_body(server):
     ServerPlay.answers = [(401, '{"error": "Unauthorized"}')]
     assert post(server + "/generate", {}) == (401, '{"error": "Unauthorized"}')
+    assert ServerPlay.seen[0][1] is None  # no key by default
+
+
+def test_post_replaces_bytes_that_are_not_utf8(server):
+    ServerPlay.answers = [(200, b"ok \xff"), (500, b"bad \xfe")]
+    assert post(server + "/generate", {}) == (200, "ok \ufffd")
+    assert post(server + "/generate", {}) == (500, "bad \ufffd")
+
+
+def test_post_passes_its_timeout(monkeypatch):
+    seen = []
+
+    def urlopen(request, **kwargs):
+        seen.append(kwargs)
+        raise OSError("stop")
+
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    with pytest.raises(ProbeError, match=r"^POST http://h:1/generate: stop$"):
+        post("http://h:1/generate", {})
+    with pytest.raises(ProbeError):
+        post("http://h:1/generate", {}, timeout=2.5)
+    assert seen == [{"timeout": 60.0}, {"timeout": 2.5}]
+
+
+def test_post_that_times_out_says_so(server):
+    ServerPlay.answers = [(0, "")]
+    with pytest.raises(ProbeError) as info:
+        post(server + "/generate", {}, timeout=0.3)
+    assert str(info.value) == f"POST {server}/generate: timed out"
 
 
 def test_post_to_nothing_is_a_probe_error():
-    with pytest.raises(ProbeError, match=r"^POST http://127\.0\.0\.1:9/generate: .*refused"):
+    with pytest.raises(ProbeError) as info:
         post("http://127.0.0.1:9/generate", {}, timeout=5)
+    assert str(info.value) == "POST http://127.0.0.1:9/generate: [Errno 111] Connection refused"
 
 
 def test_probe_sends_one_greedy_request_per_prompt(server):
@@ -271,7 +306,8 @@ def test_probe_passes_its_arguments_to_send():
         return 200, SGLANG_ANSWER
 
     probe("http://h:1", ["p"], 7, api_key="key", timeout=3.5, send=send)
-    assert calls == [("http://h:1/generate", request_body("p", 7), "key", 3.5)]
+    probe("http://h:1//", ["p"], 7, api_key="key", timeout=3.5, send=send)
+    assert calls == [("http://h:1/generate", request_body("p", 7), "key", 3.5)] * 2
 
 
 def test_probe_defaults():
