@@ -16,6 +16,7 @@ import urllib.request
 
 import pytest
 from ansible_run import run_module, run_playbook
+from documented import assert_documented
 from sglang_parser import parser_python
 
 pytestmark = pytest.mark.integration
@@ -139,6 +140,22 @@ def test_bad_acceptance_fails_the_host_naming_value_draft_and_causes(servers):
     assert "quantisation mismatch" in message
     assert "chat template" in message
     assert _probed(result)["good"]["status"] == "ok"  # every model was probed before the host failed
+    loop_keys = {"__sglang_service_gated", "ansible_loop_var", "_ansible_item_label", "failed_when_result",
+                 "failed_when_suppressed_exception"}  # what the loop and failed_when add
+    for probed in _probed(result).values():
+        assert_documented("sglang_spec_acceptance", {k: v for k, v in probed.items() if k not in loop_keys})
+    # what verify reports for this host: one speculative check, failing, with each model's figure
+    published = result.task("localhost", PUBLISH)["ansible_facts"]["sglang_service_spec_acceptance"]
+    checks = run_module("verify_checks", {"gpu": {"present": False, "reason": "stand-in"},
+                                          "stack": {"facts": {}}, "speculative": published})
+    assert_documented("verify_checks", checks)
+    (spec_check,) = [c for c in checks["checks"] if c["check"] == "speculative"]
+    assert spec_check["status"] == "fail"
+    assert spec_check["detail"].startswith(
+        f"good: accept length {round(128 / 43, 4)} (min 1.8, draft /models/kimi-k2.5-eagle3); "
+        f"sglang-bad: speculative accept length 1.20")
+    assert [(f["name"], f["accept_length"]) for f in spec_check["figures"]] == [
+        ("good", round(128 / 43, 4)), ("bad", round(128 / 107, 4))]
 
 
 def test_bad_acceptance_only_warns_in_warn_mode(servers):
