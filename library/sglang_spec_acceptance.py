@@ -153,7 +153,7 @@ def main():
             "name": {"type": "str", "required": True},
             "speculative": {"type": "dict", "required": True},
             "prompts": {"type": "list", "elements": "str", "required": True},
-            "max_new_tokens": {"type": "int", "default": 128},
+            "max_new_tokens": {"type": "int", "default": 128, "no_log": False},  # a count, not a token
             "min_accept_length": {"type": "float", "default": 1.8},
             "mode": {"type": "str", "choices": ["fail", "warn"], "default": "fail"},
             "api_key": {"type": "str", "default": "", "no_log": True},
