@@ -308,6 +308,8 @@ def test_probe_passes_its_arguments_to_send():
     probe("http://h:1", ["p"], 7, api_key="key", timeout=3.5, send=send)
     probe("http://h:1//", ["p"], 7, api_key="key", timeout=3.5, send=send)
     assert calls == [("http://h:1/generate", request_body("p", 7), "key", 3.5)] * 2
+    probe("http://BOX", ["p"], 7, send=send)  # only slashes are stripped
+    assert calls[-1][0] == "http://BOX/generate"
 
 
 def test_probe_defaults():
