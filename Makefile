@@ -59,10 +59,10 @@ ansible-lint: setup
 	$(BIN)/ansible-lint --offline --profile production --strict
 
 syntax: setup
-	@for p in $(PLAYBOOKS); do \
-	  echo "syntax-check $$p"; \
-	  $(BIN)/ansible-playbook -i inventory/example --syntax-check $$p || exit 1; \
-	done
+	@for i in inventory/example inventory/kimi-k2.5; do for p in $(PLAYBOOKS); do \
+	  echo "syntax-check $$p ($$i)"; \
+	  $(BIN)/ansible-playbook -i $$i --syntax-check $$p || exit 1; \
+	done; done
 
 pytest: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -46,6 +46,14 @@ options:
     description: Result of stack_lock with action=compare, or a skipped result.
     type: dict
     default: {}
+  speculative:
+    description:
+      - The speculative-acceptance results of this host's drafting models (the fact
+        C(sglang_service_spec_acceptance) of the sglang_service role's C(spec_gate)); empty for none, and then
+        the host has no C(speculative) check.
+    type: list
+    elements: dict
+    default: []
   scan_ignore:
     description: Path fragments of CUDA binaries whose gaps are expected (e.g. C(flash_ops), Hopper-only).
     type: list
@@ -79,7 +87,8 @@ checks:
   contains:
     check:
       description: >-
-        C(gpu), C(driver), C(cuda), C(torch), C(kernel), C(environment), C(service), C(gateway), C(drift).
+        C(gpu), C(driver), C(cuda), C(torch), C(kernel), C(environment), C(service), C(speculative),
+        C(gateway), C(drift).
       type: str
     status:
       description: C(ok), C(warn) (reported, not failing), C(fail) or C(skip).
@@ -87,6 +96,11 @@ checks:
     detail:
       description: What was found, in words.
       type: str
+    figures:
+      description: Check C(speculative) only, per drafting model, its measured acceptance length.
+      type: list
+      elements: dict
+      returned: for the speculative check
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -102,13 +116,14 @@ def main():
             "stack": {"type": "dict", "required": True},
             **{name: {"type": "dict", "default": {}} for name in RESULTS},
             "scan_ignore": {"type": "list", "elements": "str", "default": []},
+            "speculative": {"type": "list", "elements": "dict", "default": []},
         },
         supports_check_mode=True,
     )
     params = module.params
     try:
         checks = host_checks(params["gpu"], params["stack"], scan_ignore=params["scan_ignore"],
-                             **{name: params[name] for name in RESULTS})
+                             speculative=params["speculative"], **{name: params[name] for name in RESULTS})
     except Exception as exc:  # never a traceback: say what failed
         module.fail_json(msg=f"verify_checks failed unexpectedly: {type(exc).__name__}: {exc}")
     module.exit_json(changed=False, checks=checks)

@@ -13,7 +13,8 @@ import json
 
 STATUSES = ("ok", "warn", "fail", "skip")
 # The order checks appear in, whatever order they arrive in; unknown checks follow, sorted.
-CHECK_ORDER = ("gpu", "driver", "cuda", "torch", "kernel", "environment", "service", "gateway", "drift")
+CHECK_ORDER = ("gpu", "driver", "cuda", "torch", "kernel", "environment", "service", "speculative", "gateway",
+               "drift")
 
 
 class ReportError(ValueError):
@@ -35,7 +36,8 @@ def summarize(hosts):
                 raise ReportError(f"host {host}: malformed check {check!r}; each needs check, status "
                                   f"({'/'.join(STATUSES)}) and detail")
             checks.append({"check": check["check"], "status": check["status"],
-                           "detail": str(check.get("detail") or "")})
+                           "detail": str(check.get("detail") or ""),
+                           **({"figures": check["figures"]} if "figures" in check else {})})
         checks.sort(key=_check_key)
         failed = any(c["status"] == "fail" for c in checks)
         summary.append({"host": host, "status": "fail" if failed else "ok", "checks": checks})
@@ -100,8 +102,22 @@ def _failed(result):
     return result.get("failed") and result.get("msg")
 
 
+def speculative_check(results):
+    """The ``speculative`` check from sglang_spec_acceptance's results (sglang_service_spec_acceptance):
+    the worst status, each model's measured acceptance length in the detail and in ``figures``."""
+    worst = max((r.get("status") or "fail" for r in results), key=("ok", "warn", "fail").index)
+    detail = "; ".join(
+        f"{r.get('name')}: accept length {r['accept_length']} (min {r.get('min_accept_length')}, draft "
+        f"{r.get('draft_model') or '-'})" if r.get("status") == "ok" else str(r.get("msg"))
+        for r in results)
+    figures = [{"name": r.get("name"), "accept_length": r.get("accept_length"),
+                "min_accept_length": r.get("min_accept_length"), "draft_model": r.get("draft_model")}
+               for r in results]
+    return {"check": "speculative", "status": worst, "detail": detail, "figures": figures}
+
+
 def host_checks(gpu, stack, *, torch=None, kernel=None, scan=None, service=None, gateway=None, drift=None,
-                scan_ignore=()):
+                scan_ignore=(), speculative=None):
     """One host's checks from the registered results of verify.yml's read-only tasks.
 
     Each argument is a module result (``skipped`` when the task did not run); ``stack`` is stack_facts'.
@@ -174,6 +190,8 @@ def host_checks(gpu, stack, *, torch=None, kernel=None, scan=None, service=None,
             add(name, "ok" if status == 200 else "fail",
                 f"{result.get('url')} answered {status}" if status > 0 else
                 f"{result.get('url')} did not answer: {result.get('msg')}")
+    if speculative:  # only hosts with a model that drafts have the check
+        checks.append(speculative_check(speculative))
     if _skipped(drift):
         add("drift", "skip", "no lock given (-e verify_lock_file=locks/NAME.lock.yml)")
     elif _failed(drift) and "drift" not in drift:

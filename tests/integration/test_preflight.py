@@ -39,6 +39,20 @@ def test_example_inventory_passes_without_contacting_hosts():
     assert "gpu_capability" not in result.task("build-01", CHECK_TASK)["checked"]
 
 
+def test_kimi_example_inventory_passes_without_contacting_hosts():
+    result = run_playbook(PREFLIGHT, REPO_ROOT / "inventory" / "kimi-k2.5", cmdline=NO_CONNECT)
+    assert result.rc == 0, result.stdout
+    hosts = {"kimi-01", "kimi-b200-01", "kimi-gw-01", "kimi-build-01"}
+    assert set(result.results) == hosts
+    for host in hosts:
+        checked = result.task(host, CHECK_TASK)
+        assert checked["event"] == "runner_on_ok"
+        assert checked["problems"] == []
+    for host in ("kimi-01", "kimi-b200-01"):
+        assert {"gpu_capability", "sglang_service_models", "sglang_service_spec_gate",
+                "sglang_service_spec_min_accept_length"} <= set(result.task(host, CHECK_TASK)["checked"])
+
+
 def test_bad_yaml_inventory_names_host_and_variable(tmp_path):
     inventory = write(tmp_path, "hosts.yml", """\
         all:

@@ -1,5 +1,6 @@
 """Every command line the role renders (tests/unit/cases/sglang_cmdline.yml, EAGLE-3 and multi-node
-included) parses with the REAL sglang 0.5.23 parser (``prepare_server_args``, what launch_server runs
+included, and every served-model entry of the shipped example inventories) parses with the REAL sglang
+0.5.23 parser (``prepare_server_args``, what launch_server runs
 first); the entries the role rejects never get that far; and the parser does reject what 0.5.23 does
 not know, so a pass means something."""
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible.module_utils.sglang_cmdline import ConfigError, render
+from example_inventories import model_entries
 from sglang_parser import parser_python
 
 pytestmark = pytest.mark.integration
@@ -31,7 +33,9 @@ for argv in json.load(sys.stdin):
             a = prepare_server_args(argv)
         out.append({"ok": True, "tp_size": a.tp_size, "nnodes": a.nnodes, "node_rank": a.node_rank,
                     "host": a.host, "port": a.port, "speculative_algorithm": a.speculative_algorithm,
-                    "dist_init_addr": a.dist_init_addr})
+                    "dist_init_addr": a.dist_init_addr, "attention_backend": a.attention_backend,
+                    "draft": a.speculative_draft_model_path, "num_steps": a.speculative_num_steps,
+                    "topk": a.speculative_eagle_topk, "draft_tokens": a.speculative_num_draft_tokens})
     except SystemExit as exc:
         out.append({"ok": False, "code": exc.code, "error": err.getvalue().strip().splitlines()[-1:]})
 print(json.dumps(out))
@@ -76,3 +80,32 @@ def test_invalid_entries_are_rejected_before_rendering():
     for case in CASES["invalid"]:
         with pytest.raises(ConfigError):
             _render(case)
+
+
+def test_the_example_inventories_command_lines_parse_with_the_real_parser():
+    entries = model_entries()
+    assert {(e.inventory, e.capability) for e in entries} >= {("kimi-k2.5", "12.0"), ("kimi-k2.5", "10.0")}
+    rendered = [render(e.model, [e.capability], prefix=e.where) for e in entries]
+    results = _parse([r["args"] for r in rendered])
+    for entry, parsed in zip(entries, results):
+        assert parsed["ok"], (entry.where, parsed)
+        assert parsed["tp_size"] == entry.model.get("tp_size", 1), entry.where
+        assert parsed["attention_backend"] == entry.model.get("attention_backend"), entry.where
+        spec = entry.model.get("speculative")
+        if spec:
+            parsed_spec = (parsed["speculative_algorithm"], parsed["draft"], parsed["num_steps"],
+                           parsed["topk"], parsed["draft_tokens"])
+            assert parsed_spec == (spec["algorithm"], spec["draft_model_path"], spec["num_steps"],
+                                   spec["eagle_topk"], spec["num_draft_tokens"]), entry.where
+    kimi = {e.capability: p for e, p in zip(entries, results) if e.inventory == "kimi-k2.5"}
+    assert kimi["12.0"]["attention_backend"] == "triton"
+    assert kimi["10.0"]["attention_backend"] == "trtllm_mla"
+    assert kimi["12.0"]["speculative_algorithm"] == "EAGLE3"
+
+
+def test_0_5_23_knows_the_mla_backends_the_example_names_and_not_cutlass_mla():
+    # the example's SM120 comment: cutlass_mla is not an attention backend of 0.5.23 any more
+    base = ["--model-path", "/m", "--attention-backend"]
+    results = _parse([[*base, "cutlass_mla"], [*base, "triton"], [*base, "trtllm_mla"], [*base, "flashmla"]])
+    assert [r["ok"] for r in results] == [False, True, True, True]
+    assert "argument --attention-backend: invalid choice: 'cutlass_mla'" in results[0]["error"][0]

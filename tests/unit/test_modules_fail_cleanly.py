@@ -47,6 +47,8 @@ def assert_clean_failure(outcome, message):
     ("sglang_readiness", {"url": "http://127.0.0.1:9/"}, "sglang_readiness.wait_ready"),
     ("smg_route_check", {"url": "http://127.0.0.1:9", "metrics_url": "http://127.0.0.1:9/metrics",
                          "workers": [{"id": "a", "url": "http://127.0.0.1:9"}]}, "smg_routing.check_routing"),
+    ("sglang_spec_acceptance", {"url": "http://127.0.0.1:9", "name": "m", "prompts": ["p"],
+                                "speculative": {"algorithm": "EAGLE3"}}, "spec_acceptance.probe"),
     ("stack_wheels", {"lock_files": []}, "wheel_cache.missing_pins"),
     ("python_distributions", {"python": "python3"}, "python_dists.probe_distributions"),
     ("stack_facts", {"stack_root": "/tmp"}, "stack_facts.collect"),

@@ -22,6 +22,16 @@ Test controls (no key needed, loopback or not: it is a stand-in): POST /stand_in
 With ``--enable-metrics`` (as SGLang 0.5.23) it serves /metrics in Prometheus text with SGLang's gauges
 ``sglang:num_running_reqs`` (here: requests in flight) and ``sglang:num_queue_reqs`` (always 0), the
 signal a rolling rebuild waits on before it restarts a drained server.
+
+Speculative decoding: with ``--speculative-algorithm`` on its command line, POST /generate answers in
+SGLang 0.5.23's shape (``{"text", "meta_info"}``) with the per-request figures SGLang puts in meta_info
+(``spec_verify_ct``, ``spec_accept_length`` = completion_tokens / spec_verify_ct,
+``spec_num_correct_drafts``, ``spec_num_proposed_drafts`` = spec_verify_ct * (num_draft_tokens - 1),
+``spec_accept_rate``; sglang/srt/managers/tokenizer_manager.py:3138-3172), and /metrics adds the gauges
+``sglang:spec_accept_length`` / ``sglang:spec_accept_rate``. The acceptance it plays comes from
+  SGLANG_STAND_IN_SPEC_ACCEPT_LENGTH  the acceptance length to report (default 3.0: a healthy draft;
+                                      e.g. 1.2 plays a draft that does not fit its target)
+Without a speculative algorithm meta_info has no spec_* field, as in SGLang.
 """
 
 import json
@@ -47,6 +57,43 @@ class State:
     served = 0
     lock = threading.Lock()
     stopped = threading.Event()
+
+
+def spec_figures(args, completion_tokens):
+    """What SGLang's meta_info says of one finished request, for the acceptance this stand-in plays."""
+    accept_length = float(os.environ.get("SGLANG_STAND_IN_SPEC_ACCEPT_LENGTH", "3.0"))
+    draft_tokens = args.speculative_num_draft_tokens or 4
+    verify_ct = max(1, round(completion_tokens / accept_length))
+    proposed = verify_ct * (draft_tokens - 1)
+    correct = min(max(completion_tokens - verify_ct, 0), proposed)
+    return {"spec_verify_ct": verify_ct, "spec_accept_length": completion_tokens / verify_ct,
+            "spec_num_correct_drafts": correct, "spec_num_proposed_drafts": proposed,
+            "spec_accept_rate": correct / proposed if proposed else 0.0}
+
+
+def generate_answer(args, request, worker):
+    """A /generate answer in SGLang's shape; spec_* figures only with a speculative algorithm."""
+    sampling = request.get("sampling_params") or {}
+    completion = int(sampling.get("max_new_tokens") or 128)
+    meta = {"id": f"stand-in-{State.served}", "finish_reason": {"type": "length", "length": completion},
+            "prompt_tokens": len(str(request.get("text") or "").split()), "completion_tokens": completion,
+            "cached_tokens": 0, "worker": worker}
+    if args.speculative_algorithm and completion > 1:
+        meta.update(spec_figures(args, completion))
+    return {"text": f" stand-in reply from {worker}", "meta_info": meta}
+
+
+def spec_gauges(args, labels):
+    """SGLang's speculative gauges on /metrics (only with a speculative algorithm)."""
+    if not args.speculative_algorithm:
+        return ""
+    figures = spec_figures(args, 128)
+    return ("# HELP sglang:spec_accept_length Mean acceptance length of speculative decoding.\n"
+            "# TYPE sglang:spec_accept_length gauge\n"
+            f"sglang:spec_accept_length{{{labels}}} {figures['spec_accept_length']}\n"
+            "# HELP sglang:spec_accept_rate Speculative acceptance rate.\n"
+            "# TYPE sglang:spec_accept_rate gauge\n"
+            f"sglang:spec_accept_rate{{{labels}}} {figures['spec_accept_rate']}\n")
 
 
 def make_handler(args):
@@ -119,7 +166,7 @@ def make_handler(args):
                     f"sglang:num_running_reqs{{{labels}}} {float(State.in_flight)}\n"
                     "# HELP sglang:num_queue_reqs The number of requests in the waiting queue.\n"
                     "# TYPE sglang:num_queue_reqs gauge\n"
-                    f"sglang:num_queue_reqs{{{labels}}} 0.0\n"))
+                    f"sglang:num_queue_reqs{{{labels}}} 0.0\n" + spec_gauges(args, labels)))
             if path == "/stand_in/stats":
                 return self._send(200, {"served": State.served, "worker": worker})
             log(f"GET {path}: 404")
@@ -152,6 +199,8 @@ def make_handler(args):
                     time.sleep(float(os.environ.get("SGLANG_STAND_IN_LATENCY", "0")))
                     with State.lock:
                         State.served += 1
+                    if path == "/generate":
+                        return self._send(200, generate_answer(args, request, worker))
                     return self._send(200, {
                         "id": f"stand-in-{State.served}", "object": "chat.completion",
                         "created": int(time.time()),
