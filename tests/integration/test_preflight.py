@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from ansible_run import REPO_ROOT, run_module, run_playbook
+from lockwheels import fill_from_lock
 
 pytestmark = pytest.mark.integration
 
@@ -128,12 +129,11 @@ def test_unsupported_os_can_be_reported_only():
 
 def test_site_provisions_a_second_stack_root_and_cache_beside_the_first(tmp_path):
     """`make site`'s playbook on this machine, into an empty stack root and an empty wheel cache given
-    with -e (beside the machine's own), then again: the second run changes nothing. The machine's own
-    wheel cache, where an earlier `make site` filled it, serves as a mirror (files hardlinked by name and
-    sha256); without it the lock's files are fetched from the URLs the lock records."""
-    machine_cache = Path.home() / ".cache" / "sglang" / "wheels"
+    with -e (beside the machine's own), then again: the second run changes nothing. The test wheelhouse,
+    filled from the stable lock once per cache, serves as a mirror (files hardlinked by name and sha256),
+    so the lock's 4 GB are not downloaded again for every run."""
     extravars = {"stack_root": str(tmp_path / "stacks"), "stack_wheel_cache_dir": str(tmp_path / "wheels"),
-                 "stack_find_links": [str(machine_cache)] if machine_cache.is_dir() else []}
+                 "stack_find_links": [str(fill_from_lock())]}
     first = run_playbook(SITE, extravars=extravars)
     assert first.rc == 0, first.stdout[-6000:]
     summary = first.task("localhost", "Show the host summary")["msg"]

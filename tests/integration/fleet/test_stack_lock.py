@@ -15,10 +15,8 @@ import json
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.pylock import read_lock, select, split_tools
-from ansible.module_utils.wheel_fetch import fetch_all
 from ansible_run import REPO_ROOT
-from cache import wheelhouse
+from lockwheels import fill_from_lock, stack_versions
 from stackrun import SITE, fill_wheelhouse
 
 pytestmark = pytest.mark.integration
@@ -37,18 +35,10 @@ HOSTILE = {
 }
 
 
-def lock_files() -> list[dict]:
-    lock, _ = read_lock(str(LOCK))
-    files, problems = select(lock, "x86_64", "3.11", "2.36")
-    assert problems == []
-    return files
-
-
 @pytest.fixture(scope="module")
 def locked(fleet, fleet_play, tmp_path_factory):
     fill_wheelhouse()  # the kernel role's build tools
-    house = wheelhouse()
-    fetch_all(lock_files(), str(house))  # the lock's files into the served wheelhouse (once per cache)
+    house = fill_from_lock()  # the lock's files into the served wheelhouse (once per cache)
     host = fleet.hosts[-1]["name"]
     for path, content in HOSTILE.items():
         fleet.ssh(host, f"mkdir -p {Path(path).parent} && cat > {path} <<'EOF'\n{content}EOF")
@@ -90,9 +80,8 @@ def test_the_installed_set_is_exactly_the_lock(locked, fleet):
     installed = {
         item["name"].lower().replace("_", "-"): item["version"] for item in json.loads(listed.stdout)
     }
-    stack, _tools = split_tools(lock_files())
     # the kernel stage reinstalls the same released wheel from its artifact store (same name and version)
-    assert installed == {item["name"]: item["version"] for item in stack}
+    assert installed == stack_versions()
 
 
 def test_the_stack_imports_sglang_server_args(locked, fleet):
