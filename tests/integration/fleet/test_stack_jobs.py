@@ -16,6 +16,7 @@ import time
 
 import pytest
 import yaml
+from ansible.module_utils.pylock import read_lock, wheel_urls
 from ansible_run import REPO_ROOT
 from cache import pip_download
 
@@ -71,6 +72,25 @@ def test_the_lock_records_what_the_host_runs(fleet_stack, lock):
     assert {"torch", "sglang-kernel", "filelock"} <= set(names)
     # the seeded wheel cache holds every wheel the stack came from
     assert all(d["wheels"] for d in data["distributions"]), [n for n, d in names.items() if not d["wheels"]]
+
+
+def test_the_snapshot_is_also_a_pep_751_lock_of_the_same_wheels(lock):
+    _host, path = lock
+    data = yaml.safe_load(path.read_text())
+    pylock, _digest = read_lock(str(path.parent / "pylock.jobs.toml"))
+    assert pylock["lock-version"] == "1.0"
+    assert pylock["requires-python"] == "==3.11.*"
+    wheels = {(p["name"], p["version"]): {(w["name"], w["hashes"]["sha256"]) for w in p["wheels"]}
+              for p in pylock["packages"]}
+    assert wheels == {(d["name"], d["version"]): {(w["file"], w["sha256"]) for w in d["wheels"]}
+                      for d in data["distributions"]}
+    # a wheel the profile's lock (profiles/pylock.stable.toml) names gets its URL, any other a path
+    # beside the lock (it is in the controller's wheel cache)
+    urls = wheel_urls(read_lock(str(REPO_ROOT / "profiles" / "pylock.stable.toml"))[0])
+    for package in pylock["packages"]:
+        for wheel in package["wheels"]:
+            assert wheel.get("url") == urls.get(wheel["name"]), wheel
+            assert ("path" in wheel) == (wheel["name"] not in urls), wheel
 
 
 def test_verify_with_the_lock_shows_no_drift_then_a_hand_change(fleet, fleet_stack, lock, tmp_path):
