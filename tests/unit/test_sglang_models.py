@@ -139,3 +139,19 @@ def test_host_check_with_a_bad_capability_is_a_problem_not_a_traceback():
         "capabilities": [], "source": None,
         "problems": ["host h1: GPU capability: 'x.y' is not a CUDA architecture; use a capability like "
                      "\"12.0\" or \"120\", or an arch like \"sm_120a\", \"sm_100f\", \"compute_90\""]}
+
+
+def test_entries_after_another_rank_are_still_checked():
+    models = [entry("big", nodes_group="g", tp_size=2), entry("a", port=1), entry("b", port=1)]
+    assert check_models(models, (), {"g": ["h1", "h2"]}, hostname="h2") == [
+        f"{M}[2].port: 1 is also the port of {M}[1] (a); each model on a host needs its own port"]
+
+
+def test_without_a_hostname_no_group_holds_the_host():
+    assert check_models([entry(nodes_group="g")], (), {"g": ["h1"]}) == [
+        f"{M}[0].nodes_group: this host () is not in group 'g' (h1)"]
+
+
+def test_host_check_passes_the_groups_and_the_host_on():
+    assert check_host_models("h2", [entry(nodes_group="g", tp_size=2)], {"g": ["h1", "h2"]}) == {
+        "capabilities": [], "source": None, "problems": []}
