@@ -27,8 +27,9 @@ options:
   variables:
     description:
       - Name to value mapping of the host's variables whose values are checked.
-      - Pass only known, non-secret variables here (options without C(no_log)); secret and unknown
-        names go in O(names), so no secret value reaches the module's arguments or logs.
+      - Pass only known, non-secret variables here (options without C(no_log)); secrets go in
+        O(secrets) (a C(no_log) option) and unknown names in O(names), so no secret value reaches a
+        logged argument.
     type: dict
     required: true
   names:
@@ -51,6 +52,13 @@ options:
     default: []
   removed:
     description: Variable names that no longer exist (or never worked), mapped to what to do instead.
+    type: dict
+    default: {}
+  secrets:
+    description:
+      - Name to value mapping of the host's secrets (options with C(no_log)), type-checked only
+        (a string option must be a string; a mapping of secrets must map names to strings).
+      - A C(no_log) option, so the values never appear in the module's arguments, result or messages.
     type: dict
     default: {}
 attributes:
@@ -92,6 +100,8 @@ problems:
   sample:
     - 'host gpu-01: gpu_capability must be a string, got float 12.0; quote it in YAML (e.g. "12.0")'
     - "host gpu-02: gpu_capabilty is not a variable of this project; did you mean 'gpu_capability'?"
+    - "host gpu-03: sglang_service_api_key must be a string, got int; quote it in YAML (unquoted digits are a
+      number: leading zeros are lost, and a leading 0 makes it octal); the value is not shown"
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -107,6 +117,7 @@ def main():
             "specs": {"type": "dict", "required": True},
             "prefixes": {"type": "list", "elements": "str", "default": []},
             "removed": {"type": "dict", "default": {}},
+            "secrets": {"type": "dict", "default": {}, "no_log": True},
         },
         supports_check_mode=True,
     )
@@ -115,11 +126,12 @@ def main():
         problems = check_host_variables(
             params["host"], params["variables"], params["specs"],
             prefixes=params["prefixes"], removed=params["removed"], names=params["names"],
+            secrets=params["secrets"],
         )
     except Exception as exc:  # a malformed spec file must not surface as a traceback
         module.fail_json(msg=f"host {params['host']}: could not check variables: {exc}", checked=[],
                          problems=[])
-    checked = sorted(set(params["variables"]) | set(params["names"]))
+    checked = sorted(set(params["variables"]) | set(params["names"]) | set(params["secrets"]))
     result = {"changed": False, "checked": checked, "problems": problems}
     if problems:
         count = len(problems)

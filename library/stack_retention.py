@@ -8,8 +8,11 @@ short_description: List the stacks under a stack root and the old ones to remove
 description:
   - Lists the stack directories (named C(<profile>-<12 hex>)) under O(stack_root) with the time each was
     sealed (or last changed, when unsealed), and which stack the C(current) link points to.
-  - Returns in C(remove) the stacks beyond the O(keep) newest ones that are neither current nor in
-    O(protect). Other entries of the stack root (C(current), wheel directories) are never listed.
+  - Returns in C(remove) every stack but the current one and O(keep) others. The others kept are the
+    stacks in O(protect) first, then the newest of the rest, so O(keep) counts every old stack that
+    stays (O(keep=2) with a protected previous stack keeps it and one more). A protected stack is never
+    in C(remove), even beyond O(keep). Other entries of the stack root (C(current), wheel directories)
+    are never listed.
   - Never changes anything; the role removes what C(remove) names.
 version_added: "1.0.0"
 author: sglang-fleet maintainers (@sglang-fleet)
@@ -19,11 +22,15 @@ options:
     type: path
     required: true
   keep:
-    description: How many stacks to keep besides the current one (0 keeps only the current stack).
+    description:
+      - How many old stacks to keep besides the current one, the protected ones included (0 keeps only the
+        current stack and the protected ones).
     type: int
     default: 2
   protect:
-    description: Stack names never to remove (for example the stack being activated).
+    description:
+      - Stack names never to remove (for example the stack being activated, or the one a rollout may roll
+        back to). Those that are old stacks here take their place among the O(keep).
     type: list
     elements: str
     default: []
@@ -65,7 +72,7 @@ current_stack:
   returned: always
   type: str
 remove:
-  description: Stacks beyond O(keep) that are neither current nor protected.
+  description: The old stacks beyond O(keep) (protected ones counted first), never current nor protected.
   returned: always
   type: list
   elements: str

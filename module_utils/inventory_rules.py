@@ -110,12 +110,35 @@ def check_capability(name, value):
     return problems
 
 
+_SECRET_HINT = ("quote it in YAML (unquoted digits are a number: leading zeros are lost, and a leading 0 "
+                "makes it octal); the value is not shown")
+
+
+def check_secret(name, value, spec):
+    """Problems with a secret's value (a no_log option): its type only; no message holds any of the value.
+
+    A string option must be a string, and a mapping of secrets (``type: dict``) must map names to
+    strings: ansible-core would turn the number 0123456 into "42798" without a word.
+    """
+    expected = spec.get("type", "str")
+    if value is None:
+        return []
+    if expected == "dict":
+        if not isinstance(value, dict):
+            return [f"{name} must be a mapping of names to strings, got {type(value).__name__}"]
+        return [f"{name}.{key} must be a string, got {type(item).__name__}; {_SECRET_HINT}"
+                for key, item in value.items() if not isinstance(item, str)]
+    if expected in ("str", "path") and not isinstance(value, str):
+        return [f"{name} must be a string, got {type(value).__name__}; {_SECRET_HINT}"]
+    return []
+
+
 def _did_you_mean(name, candidates):
     close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.75)
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
-def check_host_variables(host, variables, specs, *, prefixes=(), removed=None, names=()):
+def check_host_variables(host, variables, specs, *, prefixes=(), removed=None, names=(), secrets=None):
     """All problems with one host's project variables, each message naming the host and variable.
 
     ``variables``: {name: value} of the host's variables whose values are checked (known, not secret).
@@ -124,15 +147,20 @@ def check_host_variables(host, variables, specs, *, prefixes=(), removed=None, n
     ``specs``: {role: parsed meta/argument_specs.yml}; every role name is also a policed prefix.
     ``prefixes``: further policed prefixes (inventory-level variables such as ``gpu_``).
     ``removed``: {name: what to do instead} for variables that no longer exist or never worked.
+    ``secrets``: {name: value} of the host's secrets (options with ``no_log``), checked by type only
+    (check_secret), so no message repeats their values.
     """
     options = known_options(specs)
     policed = tuple(sorted({f"{role}_" for role in (specs or {})} | set(prefixes)))
     removed = removed or {}
+    secrets = secrets or {}
     problems = []
-    for name in sorted(set(variables) | set(names)):
+    for name in sorted(set(variables) | set(names) | set(secrets)):
         value = variables.get(name)
         if name in removed:
             found = [f"{name} is not supported: {removed[name]}"]
+        elif name in secrets and name in options:
+            found = check_secret(name, secrets[name], options[name][1])
         elif name in options:
             found = check_value(name, value, options[name][1]) if name in variables else []
         elif name.startswith(policed):

@@ -13,13 +13,44 @@ import re
 LAUNCH_MODULE = "sglang.launch_server"
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 
-# Attention backends whose kernels exist only for some GPU generations (sglang 0.5.23 wheels):
-# FA3's flash_ops ships sm_80/86/90a cubins (no PTX), TensorRT-LLM's MHA/MLA kernels are sm_100 only.
-BACKEND_CAPABILITIES = {
-    "fa3": ("8.0", "8.6", "8.7", "8.9", "9.0"),
-    "trtllm_mha": ("10.0", "10.3"),
-    "trtllm_mla": ("10.0", "10.3"),
+# Backends that sglang 0.5.23 runs only on some GPU generations, as (option, backend) -> (capability majors
+# it runs on, what it is). Every rule is one sglang itself enforces at start (the server exits with it);
+# checking it here stops a run before anything changes. Source (sglang 0.5.23, python/sglang/srt/):
+# - fa3: layers/attention/attention_registry.py, create_flashattention_v3_backend: major 8 (not for
+#   MLA models) or 9.
+# - trtllm_mha: arg_groups/attention_hook.py, handle_attention_backend_compatibility: SM90, SM100 or
+#   SM120 (is_sm90/is_sm100/is_sm120 = major 9, 10, 12: utils/common.py, _check_cuda_device_version).
+# - trtllm_mla: arg_groups/overrides.py, _mla_kv_cache_dtype_checks: is_blackwell (major 10, 11, 12).
+# - cutedsl_mla (tokenspeed_mla is its alias): arg_groups/overrides.py, _cutedsl_prefill_backend_fill:
+#   is_sm100 (major 10).
+# - hpc_ops: layers/attention/hpc_ops_backend.py, HPCOpsAttnBackend.__init__, and for MoE
+#   layers/moe/moe_runner/runner.py, MoeRunner.__init__: major 9 ("the HPC-Ops kernels ship sm90a only").
+# - aiter, wave (AMD), ascend (Ascend NPU), intel_xpu (Intel GPU), intel_amx (CPU): other platforms'
+#   backends (arg_groups/choices.py, ATTENTION_BACKEND_CHOICES / MOE_RUNNER_BACKEND_CHOICES), no NVIDIA
+#   kernels at all.
+# Backends not listed (flashinfer, triton, torch_native, flex_attention, fa4, flashmla, ...) have no
+# capability rule in sglang 0.5.23's own checks; the kernel's arches are the sgl_kernel role's scan.
+BACKEND_MAJORS = {
+    ("attention_backend", "fa3"): ((8, 9), "FlashAttention 3"),
+    ("attention_backend", "trtllm_mha"): ((9, 10, 12), "TensorRT-LLM MHA"),
+    ("attention_backend", "trtllm_mla"): ((10, 11, 12), "TensorRT-LLM MLA"),
+    ("attention_backend", "cutedsl_mla"): ((10,), "CuteDSL MLA"),
+    ("attention_backend", "tokenspeed_mla"): ((10,), "CuteDSL MLA"),
+    ("attention_backend", "hpc_ops"): ((9,), "HPC-Ops"),
+    ("attention_backend", "aiter"): ((), "an AMD ROCm backend"),
+    ("attention_backend", "wave"): ((), "an AMD ROCm backend"),
+    ("attention_backend", "ascend"): ((), "an Ascend NPU backend"),
+    ("attention_backend", "intel_xpu"): ((), "an Intel GPU backend"),
+    ("attention_backend", "intel_amx"): ((), "an Intel AMX CPU backend"),
+    ("moe_runner_backend", "hpc_ops"): ((9,), "HPC-Ops"),
+    ("moe_runner_backend", "aiter"): ((), "an AMD ROCm backend"),
+    ("moe_runner_backend", "intel_xpu"): ((), "an Intel GPU backend"),
 }
+# FA3 on Ampere (major 8) is for MHA models only (attention_registry.py, create_flashattention_v3_backend).
+FA3_MLA_MAJORS = (9,)
+# What runs on every NVIDIA capability, to suggest instead.
+PORTABLE_BACKENDS = {"attention_backend": "flashinfer or triton", "moe_runner_backend": "auto or triton"}
+DEFAULT_PORT = 30000
 # GPUs without NVLink: tensor parallel all-reduce goes over PCIe (RTX PRO 6000, RTX 5090, GB10).
 PCIE_ONLY_CAPABILITIES = ("12.0", "12.1")
 # Upstream's workaround for TP over PCIe with IOMMU/ACS (NCCL hangs on the first all-reduce, custom
@@ -116,17 +147,25 @@ def _check_speculative(spec, prefix):
                           f"({spec['num_steps'] * spec['eagle_topk'] + 1}), got {spec['num_draft_tokens']}")
 
 
+def _majors_text(majors):
+    return ", ".join(f"{major}.x" for major in majors) + " only" if majors else "no NVIDIA GPU"
+
+
 def _check_backends(model, capabilities, prefix):
-    for key in ("attention_backend",):
+    for key in ("attention_backend", "moe_runner_backend"):
         backend = model.get(key)
-        allowed = BACKEND_CAPABILITIES.get(backend or "")
-        if allowed:
-            wrong = [c for c in capabilities if c not in allowed]
-            if wrong:
-                raise ConfigError(f"{_var(prefix, key)}: {backend} has kernels only for capability "
-                                  f"{', '.join(allowed)}; this host targets {', '.join(wrong)}. "
-                                  f"Leave it unset (sglang picks) or choose one that runs there "
-                                  f"(e.g. triton, flashinfer)")
+        rule = BACKEND_MAJORS.get((key, backend))
+        if not rule:
+            continue
+        majors, what = rule
+        if backend == "fa3" and model.get("mla"):
+            majors, what = FA3_MLA_MAJORS, "FlashAttention 3 with an MLA model"
+        wrong = [c for c in capabilities if int(c.split(".")[0]) not in majors]
+        if wrong:
+            raise ConfigError(f"{_var(prefix, key)}: {backend} has no kernels for capability "
+                              f"{', '.join(wrong)} (model {model['name']!r}): sglang 0.5.23 runs it on "
+                              f"{_majors_text(majors)} ({what}). Leave {key} unset (sglang picks one for "
+                              f"the GPU) or set one that runs there: {PORTABLE_BACKENDS[key]}")
 
 
 def _multinode(model, group_hosts, hostname, rank0_address, prefix):
@@ -169,7 +208,7 @@ def render(model, capabilities=(), group_hosts=(), *, hostname="", rank0_address
     _check_backends(model, capabilities, prefix)
     tp_size = model.get("tp_size") or 1
     args = ["--model-path", model["model_path"], "--host", model.get("host") or "127.0.0.1",
-            "--port", str(model.get("port") or 30000), "--tp-size", str(tp_size)]
+            "--port", str(model.get("port") or DEFAULT_PORT), "--tp-size", str(tp_size)]
     env = {}
     if model.get("served_model_name"):
         args += ["--served-model-name", model["served_model_name"]]

@@ -254,13 +254,16 @@ def free_space(path):
 
 
 def stacks_to_prune(stacks, current, keep, protect=()):
-    """Names of the stacks to remove: all but ``current``, ``protect`` and the ``keep`` newest others.
+    """Names of the stacks to remove: all but ``current`` and ``keep`` others.
 
-    ``stacks``: list of (name, mtime). Names that are not stack names are never returned.
+    The others kept are the protected ones first (``protect``: never removed, even beyond ``keep``), then
+    the newest of the rest, so ``keep`` counts every old stack that stays: keep 2 with a protected
+    previous stack keeps it and one more. ``stacks``: list of (name, mtime). Names that are not stack
+    names are never returned.
     """
     if keep < 0:
         raise ValueError(f"stack_keep must be >= 0, got {keep}")
-    spared = {current, *protect}
-    old = [(mtime, name) for name, mtime in stacks if STACK_NAME_RE.match(name) and name not in spared]
-    old.sort(reverse=True)
-    return sorted(name for _mtime, name in old[keep:])
+    old = [(mtime, name) for name, mtime in stacks if STACK_NAME_RE.match(name) and name != current]
+    protected = [name for _mtime, name in old if name in protect]
+    rest = sorted((item for item in old if item[1] not in protected), reverse=True)
+    return sorted(name for _mtime, name in rest[max(keep - len(protected), 0):])

@@ -40,3 +40,46 @@ def test_known_options_merges_roles_and_entry_points():
 def test_every_role_variable_prefix_is_policed():
     problems = check_host_variables("h", {}, DATA["specs"], names=["preflight_check_inventroy"])
     assert problems == ["host h: preflight_check_inventroy is not a variable of this project"]
+
+
+# Secrets (options with no_log) are type-checked from their own argument, and no message holds their value
+HINT = ("quote it in YAML (unquoted digits are a number: leading zeros are lost, and a leading 0 makes it "
+        "octal); the value is not shown")
+SECRET_SPECS = {"vault": {"argument_specs": {"main": {"options": {
+    "vault_key": {"type": "str", "no_log": True},
+    "vault_file": {"type": "path", "no_log": True},
+    "vault_env": {"type": "dict", "no_log": True},
+    "vault_opaque": {"type": "raw", "no_log": True},
+    "vault_untyped": {"no_log": True},
+}}}}}
+
+
+@pytest.mark.parametrize(("secrets", "expected"), [
+    ({"vault_key": 42798}, ["host h: vault_key must be a string, got int; " + HINT]),
+    ({"vault_key": 1.5, "vault_file": 7}, ["host h: vault_file must be a string, got int; " + HINT,
+                                           "host h: vault_key must be a string, got float; " + HINT]),
+    ({"vault_untyped": 99}, ["host h: vault_untyped must be a string, got int; " + HINT]),
+    ({"vault_env": {"HF_TOKEN": 123, "OK": "x", "FLAG": True}},
+     ["host h: vault_env.HF_TOKEN must be a string, got int; " + HINT,
+      "host h: vault_env.FLAG must be a string, got bool; " + HINT]),
+    ({"vault_env": ["a"]}, ["host h: vault_env must be a mapping of names to strings, got list"]),
+    ({"vault_key": "0123456", "vault_file": "/k", "vault_env": {"A": "1"}, "vault_opaque": 5}, []),
+    ({"vault_key": None, "vault_env": None}, []),
+])
+def test_secret_types(secrets, expected):
+    problems = check_host_variables("h", {}, SECRET_SPECS, names=sorted(secrets), secrets=secrets)
+    assert problems == expected
+    for problem in problems:
+        for value in ("42798", "1.5", "123", "99"):
+            assert value not in problem
+
+
+def test_secret_that_is_no_option_is_an_unknown_name():
+    problems = check_host_variables("h", {}, SECRET_SPECS, secrets={"vault_kye": 5})
+    assert problems == ["host h: vault_kye is not a variable of this project; did you mean 'vault_key'?"]
+
+
+def test_secret_removed_name_says_so():
+    problems = check_host_variables("h", {}, SECRET_SPECS, removed={"vault_old": "use vault_key"},
+                                    secrets={"vault_old": 5})
+    assert problems == ["host h: vault_old is not supported: use vault_key"]

@@ -43,6 +43,7 @@ def assert_clean_failure(outcome, message):
                           "torch_version": "2.14.1", "source_commit": "abc"},
      "sgl_kernel_source.prepare_source"),
     ("sglang_server_args", {"model": {"name": "m", "model_path": "/m"}}, "sglang_cmdline.render"),
+    ("sglang_models_check", {"host": "h", "models": []}, "sglang_models.check_host_models"),
     ("smg_manifest", {"workers": []}, "smg_manifest.build_manifest"),
     ("sglang_readiness", {"url": "http://127.0.0.1:9/"}, "sglang_readiness.wait_ready"),
     ("smg_route_check", {"url": "http://127.0.0.1:9", "metrics_url": "http://127.0.0.1:9/metrics",

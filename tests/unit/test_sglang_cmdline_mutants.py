@@ -199,21 +199,66 @@ def test_speculative_limits_that_pass():
     assert render(model(speculative=nextn))["args"][-8:-6] == ["--speculative-algorithm", "NEXTN"]
 
 
-@pytest.mark.parametrize(("backend", "capabilities", "wrong"), [
-    ("fa3", ["12.0", "9.0", "10.0"], "12.0, 10.0"), ("trtllm_mha", ["9.0"], "9.0"),
-    ("trtllm_mla", ["12.0"], "12.0")])
-def test_backend_for_other_gpus(backend, capabilities, wrong):
-    allowed = {"fa3": "8.0, 8.6, 8.7, 8.9, 9.0", "trtllm_mha": "10.0, 10.3",
-               "trtllm_mla": "10.0, 10.3"}[backend]
-    assert message(model(attention_backend=backend), capabilities) == (
-        f"{P}.attention_backend: {backend} has kernels only for capability {allowed}; this host targets "
-        f"{wrong}. Leave it unset (sglang picks) or choose one that runs there (e.g. triton, flashinfer)")
+def backend_message(option, backend, found, name="m"):
+    (key, instead), (wrong, runs_on, what) = option, found
+    return (f"{P}.{key}: {backend} has no kernels for capability {wrong} (model {name!r}): sglang 0.5.23 "
+            f"runs it on {runs_on} ({what}). Leave {key} unset (sglang picks one for the GPU) or set one "
+            f"that runs there: {instead}")
 
 
-@pytest.mark.parametrize(("backend", "capabilities"), [("fa3", ["9.0", "8.0"]), ("trtllm_mla", ["10.3"]),
-                                                       ("triton", ["12.0"]), ("fa3", [])])
-def test_backend_that_fits(backend, capabilities):
-    assert render(model(attention_backend=backend), capabilities)["args"][-1] == backend
+ATTENTION = ("attention_backend", "flashinfer or triton")
+MOE = ("moe_runner_backend", "auto or triton")
+
+
+# Every rule of BACKEND_MAJORS, each on the nearest capability outside it (sglang 0.5.23's own checks)
+@pytest.mark.parametrize(("option", "backend", "capabilities", "found"), [
+    (ATTENTION, "fa3", ["12.0", "9.0", "10.0"], ("12.0, 10.0", "8.x, 9.x only", "FlashAttention 3")),
+    (ATTENTION, "fa3", ["7.5"], ("7.5", "8.x, 9.x only", "FlashAttention 3")),
+    (ATTENTION, "trtllm_mha", ["8.9", "11.0"], ("8.9, 11.0", "9.x, 10.x, 12.x only", "TensorRT-LLM MHA")),
+    (ATTENTION, "trtllm_mla", ["9.0"], ("9.0", "10.x, 11.x, 12.x only", "TensorRT-LLM MLA")),
+    (ATTENTION, "cutedsl_mla", ["12.0", "11.0", "9.0"], ("12.0, 11.0, 9.0", "10.x only", "CuteDSL MLA")),
+    (ATTENTION, "tokenspeed_mla", ["12.1"], ("12.1", "10.x only", "CuteDSL MLA")),
+    (ATTENTION, "hpc_ops", ["10.0", "8.0"], ("10.0, 8.0", "9.x only", "HPC-Ops")),
+    (ATTENTION, "aiter", ["9.0"], ("9.0", "no NVIDIA GPU", "an AMD ROCm backend")),
+    (ATTENTION, "wave", ["12.0"], ("12.0", "no NVIDIA GPU", "an AMD ROCm backend")),
+    (ATTENTION, "ascend", ["10.0"], ("10.0", "no NVIDIA GPU", "an Ascend NPU backend")),
+    (ATTENTION, "intel_xpu", ["8.6"], ("8.6", "no NVIDIA GPU", "an Intel GPU backend")),
+    (ATTENTION, "intel_amx", ["12.0"], ("12.0", "no NVIDIA GPU", "an Intel AMX CPU backend")),
+    (MOE, "hpc_ops", ["12.0"], ("12.0", "9.x only", "HPC-Ops")),
+    (MOE, "aiter", ["9.0"], ("9.0", "no NVIDIA GPU", "an AMD ROCm backend")),
+    (MOE, "intel_xpu", ["10.0"], ("10.0", "no NVIDIA GPU", "an Intel GPU backend")),
+])
+def test_backend_for_other_gpus(option, backend, capabilities, found):
+    assert message(model(**{option[0]: backend}), capabilities) == backend_message(option, backend, found)
+
+
+def test_fa3_on_ampere_is_for_mha_models_only():
+    assert render(model(attention_backend="fa3", mla=False), ["8.0", "8.6", "9.0"])["args"][-1] == "fa3"
+    assert message(model(name="ds", attention_backend="fa3", mla=True), ["8.6", "9.0", "8.0"]) == (
+        backend_message(ATTENTION, "fa3", ("8.6, 8.0", "9.x only", "FlashAttention 3 with an MLA model"),
+                        name="ds"))
+
+
+def test_attention_rule_checked_before_the_moe_rule():
+    entry = model(attention_backend="fa3", moe_runner_backend="hpc_ops")
+    assert message(entry, ["12.0"]).startswith(f"{P}.attention_backend: fa3 ")
+    assert message(model(attention_backend="triton", moe_runner_backend="hpc_ops"), ["12.0"]).startswith(
+        f"{P}.moe_runner_backend: hpc_ops ")
+
+
+@pytest.mark.parametrize(("key", "backend", "capabilities"), [
+    ("attention_backend", "fa3", ["9.0", "8.0"]), ("attention_backend", "fa3", ["8.9"]),
+    ("attention_backend", "fa3", ["9.0"]), ("attention_backend", "trtllm_mla", ["10.3", "11.0", "12.1"]),
+    ("attention_backend", "trtllm_mha", ["9.0", "10.0", "12.0"]),
+    ("attention_backend", "cutedsl_mla", ["10.3"]),
+    ("attention_backend", "hpc_ops", ["9.0"]), ("attention_backend", "triton", ["12.0"]),
+    ("attention_backend", "flashinfer", ["7.5"]), ("attention_backend", "fa3", []),
+    ("attention_backend", "aiter", []), ("moe_runner_backend", "hpc_ops", ["9.0"]),
+    ("moe_runner_backend", "triton", ["12.0"]), ("moe_runner_backend", "fa3", ["12.0"])])
+def test_backend_that_fits(key, backend, capabilities):
+    flag = "--" + key.replace("_", "-")
+    args = render(model(**{key: backend}), capabilities)["args"]
+    assert args[args.index(flag) + 1] == backend
 
 
 G = model(nodes_group="g", tp_size=4)

@@ -169,6 +169,27 @@ S = "stable-"
     ([(S + "a" * 12, 3), (S + "b" * 12, 2)], S + "a" * 12, 0, [], [S + "b" * 12]),
     ([(S + "a" * 12, 3), (S + "b" * 12, 2)], S + "a" * 12, 0, [S + "b" * 12], []),
     ([(S + "a" * 12, 3), ("wheels", 9), ("current", 9)], None, 0, [], [S + "a" * 12]),
+    # the protected stacks count among the `keep` (a rollout protects the stack it may roll back to):
+    # keep 2 leaves current, the protected previous stack and one more, not two more
+    ([(S + "9" * 12, 5), (S + "8" * 12, 4), (S + "c" * 12, 3), (S + "b" * 12, 2), (S + "a" * 12, 1)],
+     S + "9" * 12, 2, [S + "9" * 12, S + "8" * 12], [S + "a" * 12, S + "b" * 12]),
+    # an older protected stack: kept, and only the newest unprotected one beside it
+    ([(S + "9" * 12, 5), (S + "c" * 12, 3), (S + "b" * 12, 2), (S + "8" * 12, 1)],
+     S + "9" * 12, 2, [S + "8" * 12], [S + "b" * 12]),
+    # protected beyond keep: kept all the same, every other old stack removed
+    ([(S + "9" * 12, 5), (S + "8" * 12, 4), (S + "7" * 12, 3), (S + "b" * 12, 2)],
+     S + "9" * 12, 1, [S + "8" * 12, S + "7" * 12], [S + "b" * 12]),
+    ([(S + "9" * 12, 5), (S + "8" * 12, 4), (S + "c" * 12, 3), (S + "b" * 12, 2)],
+     S + "9" * 12, 0, [S + "8" * 12], [S + "b" * 12, S + "c" * 12]),
+    # exactly keep protected stacks: nothing else stays
+    ([(S + "9" * 12, 5), (S + "8" * 12, 4), (S + "c" * 12, 3)], S + "9" * 12, 1, [S + "8" * 12],
+     [S + "c" * 12]),
+    # a protected name that is no stack here (or the current one) takes no place
+    ([(S + "9" * 12, 5), (S + "c" * 12, 3), (S + "b" * 12, 2), (S + "a" * 12, 1)],
+     S + "9" * 12, 2, [S + "9" * 12, S + "6" * 12], [S + "a" * 12]),
+    # newest by time, not by name
+    ([(S + "a" * 12, 1), (S + "b" * 12, 9), (S + "c" * 12, 5), (S + "d" * 12, 7)], S + "b" * 12, 1, [],
+     [S + "a" * 12, S + "c" * 12]),
 ])
 def test_stacks_to_prune(stacks, current, keep, protect, remove):
     assert stacks_to_prune(stacks, current, keep, protect) == remove
