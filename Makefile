@@ -48,7 +48,17 @@ bundle: setup
 	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/bundle.yml -e stack_profile=$(PROFILE) \
 	  -e "stack_bundle_platforms='$(PLATFORMS)'" -e "stack_bundle_dir='$(BUNDLE_DIR)'" $(BUNDLE_ARGS)
 
-test: lint syntax pytest
+# Each stage runs timed (bench/ci_timing.py time); pytest also writes each test's seconds. The summary
+# (seconds per stage, the ten slowest tests) is printed at the end, also when a stage failed; the recipe
+# then exits with that stage's status, so `make test` still fails. Stages stop at the first failure.
+TIMING_DIR := .cache/ci-timing
+TIMED := $(BIN)/python bench/ci_timing.py time --dir $(TIMING_DIR)
+test: setup
+	@rm -rf $(TIMING_DIR)
+	@$(TIMED) lint -- $(MAKE) --no-print-directory lint \
+	  && $(TIMED) syntax -- $(MAKE) --no-print-directory syntax \
+	  && $(TIMED) pytest -- $(BIN)/python -m pytest --timing-json=$(TIMING_DIR)/pytest-report.json $(PYTEST_ARGS); \
+	  status=$$?; echo; $(BIN)/python bench/ci_timing.py summary $(TIMING_DIR); exit $$status
 
 lint: ruff ansible-lint
 

@@ -5,11 +5,16 @@
   ``SGLANG_FLEET_MODULE_UTILS`` names another directory to import them from instead: mutation testing
   (bench/mutation_score.py) points it at mutmut's mutated copy.
 - Prerequisites: use ``from prereq import require`` (skip locally, fail under CI).
+- ``--timing-json PATH`` (``make test`` passes it): each test's setup, call and teardown seconds and
+  outcome, the collection and session wall time, as JSON; ``bench/ci_timing.py summary`` sums them per
+  stage and prints the slowest tests.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
 
 import ansible.module_utils
@@ -25,3 +30,73 @@ if MODULE_UTILS not in ansible.module_utils.__path__:
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT
+
+
+def pytest_addoption(parser):
+    parser.addoption("--timing-json", metavar="PATH",
+                     help="write each test's duration per phase and the session's wall time to PATH "
+                          "(JSON read by bench/ci_timing.py summary)")
+
+
+def pytest_configure(config):
+    path = config.getoption("timing_json")
+    # under xdist the controller gets every worker's reports: only it writes
+    if path and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(TimingReport(Path(path)), "timing-json")
+
+
+class TimingReport:
+    """Seconds per test and phase, as pytest measured them. Session-scoped fixtures are finalized in
+    the last test's teardown: that time is recorded apart (``session_teardown_seconds``), not charged
+    to whichever test happened to run last."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.started = time.monotonic()
+        self.collect_seconds = 0.0
+        self.tests: dict = {}
+        self.collect_errors: list = []
+        self.last_nodeid = None
+        self.session_teardown_seconds = 0.0
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_collection(self, session):
+        started = time.monotonic()
+        try:
+            return (yield)
+        finally:
+            self.collect_seconds = time.monotonic() - started
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.collect_errors.append(report.nodeid)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_teardown(self, item, nextitem):
+        if nextitem is None:
+            self.last_nodeid = item.nodeid
+        return (yield)
+
+    def pytest_runtest_logreport(self, report):
+        test = self.tests.setdefault(report.nodeid, {"nodeid": report.nodeid, "outcome": "passed",
+                                                     "setup": 0.0, "call": 0.0, "teardown": 0.0})
+        duration = report.duration
+        if report.when == "teardown" and report.nodeid == self.last_nodeid:
+            self.session_teardown_seconds += duration
+            duration = 0.0
+        test[report.when] += duration
+        if report.failed:
+            test["outcome"] = "failed" if report.when == "call" else "error"
+        elif report.skipped and test["outcome"] == "passed":
+            test["outcome"] = "skipped"
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps({
+            "wall_seconds": round(time.monotonic() - self.started, 3),
+            "collect_seconds": round(self.collect_seconds, 3),
+            "session_teardown_seconds": round(self.session_teardown_seconds, 3),
+            "exitstatus": int(exitstatus),
+            "collect_errors": self.collect_errors,
+            "tests": list(self.tests.values()),
+        }, indent=1) + "\n")

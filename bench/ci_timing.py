@@ -1,0 +1,298 @@
+"""Where CI time goes: the per-stage summary of `make test`, and `.ci/run` timed on clean clones.
+
+    .venv/bin/python bench/ci_timing.py summary [DIR]          # what `make test` prints at its end
+    .venv/bin/python bench/ci_timing.py parse LOG...           # figures of existing .ci/run logs
+    sudo .venv/bin/python bench/ci_timing.py compare REV_A REV_B [--modes cold,warm]
+
+`make test` times each stage with `time STAGE -- COMMAND` (lint = ruff + ansible-lint, syntax = the
+syntax-check loop, pytest) into DIR (default .cache/ci-timing/), and pytest writes each test's seconds
+there (`--timing-json`, tests/conftest.py). `summary` splits pytest's time by stage: fleet =
+tests/integration/fleet/ and tests/molecule/, integration = the rest of tests/integration/, unit =
+tests/unit/; what no test accounts for (start-up, collection, session-fixture teardown) is its own row.
+
+`compare` clones each revision into a fresh directory (`git clone`, so only committed work counts),
+runs its `.ci/run`, and prints the runs side by side: wall time, the pytest counts from its closing
+line, the stage totals of its summary. cold = `$SGLANG_FLEET_CACHE` pointed at a new empty directory;
+warm = the cache the same revision's cold run just filled (or, without a cold run, the current
+`$SGLANG_FLEET_CACHE` / ~/.cache/sglang-fleet as it is). One run each; a full run takes most of an hour.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DIR = Path(".cache") / "ci-timing"
+STAGES = ("lint", "syntax", "unit", "integration", "fleet")
+PYTEST_STAGES = ("unit", "integration", "fleet")
+SUMMARY_TITLE = "make test: seconds per stage"
+SLOWEST = 10
+
+# pytest's closing line: "==== 2 failed, 1827 passed, 3 skipped in 3540.12s (0:59:00) ====".
+CLOSING = re.compile(r"^=+ (?P<counts>.*?) in (?P<seconds>[\d.]+)s(?: \([\d:]+\))? =+$")
+COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected|warnings?|rerun)\b")
+CI_PASSED = re.compile(r"^ci: make test passed in (\d+) s$")
+MAKE_FAILED = re.compile(r"^make: \*\*\* .*Error \d+")
+STAGE_ROW = re.compile(r"^\s*(" + "|".join(STAGES) + r")\s+(\d+\.\d) s\b")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def stage_of(nodeid: str) -> str:
+    """The stage a test belongs to, from its node id (relative to the repository root)."""
+    if nodeid.startswith(("tests/integration/fleet/", "tests/molecule/")):
+        return "fleet"
+    if nodeid.startswith("tests/integration/"):
+        return "integration"
+    if nodeid.startswith("tests/unit/"):
+        return "unit"
+    return "other"
+
+
+# --- make test: time each stage, then summarise -------------------------------------------------------
+
+def time_command(directory: Path, stage: str, command: Sequence[str]) -> int:
+    """Run ``command``, record its wall time and exit status as DIR/STAGE.json, return its status."""
+    started = time.monotonic()
+    try:
+        status = subprocess.run(list(command), check=False).returncode
+    except OSError as error:
+        print(f"ci_timing: cannot run {command[0]}: {error}", file=sys.stderr)
+        status = 127
+    if status < 0:  # killed by a signal: report it the way a shell would
+        status = 128 - status
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{stage}.json").write_text(json.dumps(
+        {"stage": stage, "seconds": round(time.monotonic() - started, 3), "status": status}) + "\n")
+    return status
+
+
+def _read_json(path: Path) -> Optional[dict]:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+def stage_totals(directory: Path) -> Dict[str, dict]:
+    """Seconds, test count and failures per stage; a stage that did not run is absent."""
+    totals: Dict[str, dict] = {}
+    for stage in ("lint", "syntax"):
+        record = _read_json(directory / f"{stage}.json")
+        if record is not None:
+            totals[stage] = {"seconds": record["seconds"], "status": record["status"]}
+    report = _read_json(directory / "pytest-report.json")
+    run = _read_json(directory / "pytest.json")
+    if report is None:
+        if run is not None:  # pytest ran but wrote no report (killed, or failed before its session)
+            totals["pytest"] = {"seconds": run["seconds"], "status": run["status"]}
+        return totals
+    accounted = 0.0
+    for test in report["tests"]:
+        seconds = test["setup"] + test["call"] + test["teardown"]
+        accounted += seconds
+        stage = totals.setdefault(stage_of(test["nodeid"]), {"seconds": 0.0, "tests": 0, "failed": 0})
+        stage["seconds"] += seconds
+        stage["tests"] += 1
+        stage["failed"] += test["outcome"] in ("failed", "error")
+    for nodeid in report["collect_errors"]:  # a module that failed to import: its tests never ran
+        stage = totals.setdefault(stage_of(nodeid), {"seconds": 0.0, "tests": 0, "failed": 0})
+        stage["failed"] += 1
+    wall = run["seconds"] if run is not None else report["wall_seconds"]
+    totals["pytest other"] = {"seconds": max(wall - accounted, 0.0),
+                              "collect": report["collect_seconds"],
+                              "session_teardown": report["session_teardown_seconds"]}
+    totals["pytest"] = {"seconds": wall, "status": run["status"] if run else report["exitstatus"]}
+    return totals
+
+
+def slowest_tests(directory: Path, count: int = SLOWEST) -> List[dict]:
+    report = _read_json(directory / "pytest-report.json")
+    tests = report["tests"] if report else []
+    for test in tests:
+        test["seconds"] = test["setup"] + test["call"] + test["teardown"]
+    return sorted(tests, key=lambda test: (-test["seconds"], test["nodeid"]))[:count]
+
+
+def render_summary(directory: Path) -> str:
+    totals = stage_totals(directory)
+    lines = [SUMMARY_TITLE, f"  {'stage':<13}{'seconds':>10}  {'tests':>6}  {'failed':>6}"]
+    for stage in (*STAGES, "other"):
+        row = totals.get(stage)
+        if row is None:
+            if stage != "other":  # tests outside unit/ and integration/ only get a row when there are any
+                lines.append(f"  {stage:<13}{'not run':>10}")
+        elif "tests" in row:
+            lines.append(f"  {stage:<13}{row['seconds']:>8.1f} s  {row['tests']:>6}  {row['failed']:>6}")
+        else:
+            lines.append(f"  {stage:<13}{row['seconds']:>8.1f} s" + (f"  failed (exit {row['status']})"
+                                                                     if row["status"] else ""))
+    if "pytest other" in totals:
+        other = totals["pytest other"]
+        lines.append(f"  {'pytest other':<13}{other['seconds']:>8.1f} s  (start-up, collection "
+                     f"{other['collect']:.1f} s, session fixtures' teardown "
+                     f"{other['session_teardown']:.1f} s)")
+    elif "pytest" in totals:
+        lines.append(f"  pytest ran {totals['pytest']['seconds']:.1f} s, exit {totals['pytest']['status']}, "
+                     "and wrote no per-test report")
+    total = sum(totals[stage]["seconds"] for stage in ("lint", "syntax", "pytest") if stage in totals)
+    lines.append(f"  {'total':<13}{total:>8.1f} s")
+    slowest = slowest_tests(directory)
+    if slowest:
+        lines.append("slowest tests (setup + call + teardown):")
+        lines += [f"  {test['seconds']:>8.1f} s  {stage_of(test['nodeid']):<11}  {test['nodeid']}"
+                  + ("" if test["outcome"] == "passed" else f"  [{test['outcome']}]") for test in slowest]
+    return "\n".join(lines)
+
+
+# --- .ci/run logs --------------------------------------------------------------------------------------
+
+def parse_log(text: str) -> dict:
+    """Figures of one .ci/run log: result, wall time, pytest's counts and time, stage totals."""
+    figures: dict = {"result": "unfinished", "ci_seconds": None, "pytest_seconds": None, "counts": None,
+                     "stages": {}}
+    in_summary = False
+    for raw in text.splitlines():
+        line = ANSI.sub("", raw).rstrip()
+        closing = CLOSING.match(line)
+        if closing:  # the last closing line is the outer pytest's (a test's captured output comes earlier)
+            counts: Dict[str, int] = {}
+            for number, word in COUNT.findall(closing["counts"]):
+                kind = {"error": "errors", "warning": "warnings"}.get(word, word)
+                counts[kind] = counts.get(kind, 0) + int(number)
+            figures["counts"] = counts
+            figures["pytest_seconds"] = float(closing["seconds"])
+        elif CI_PASSED.match(line):
+            figures["result"] = "passed"
+            figures["ci_seconds"] = int(CI_PASSED.match(line)[1])
+        elif MAKE_FAILED.match(line):
+            figures["result"] = "failed"
+        elif line == SUMMARY_TITLE:
+            in_summary, figures["stages"] = True, {}
+        elif in_summary:
+            row = STAGE_ROW.match(line)
+            if row:
+                figures["stages"][row[1]] = float(row[2])
+            elif not line.startswith("  "):
+                in_summary = False
+    return figures
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+
+def render_table(columns: Sequence[str], runs: Sequence[dict]) -> str:
+    """The figures of several runs side by side, one column per run."""
+    rows = [("result", [run["result"] for run in runs]),
+            ("wall (s)", [run.get("wall_seconds", run["ci_seconds"]) for run in runs]),
+            ("pytest (s)", [run["pytest_seconds"] for run in runs])]
+    for kind in ("passed", "failed", "errors", "skipped"):
+        rows.append((kind, [None if run["counts"] is None else run["counts"].get(kind, 0) for run in runs]))
+    for stage in STAGES:
+        if any(stage in run["stages"] for run in runs):
+            rows.append((f"{stage} (s)", [run["stages"].get(stage) for run in runs]))
+    width = max(12, *(len(column) + 2 for column in columns))
+    lines = [f"{'':<12}" + "".join(f"{column:>{width}}" for column in columns)]
+    lines += [f"{label:<12}" + "".join(f"{_cell(value):>{width}}" for value in values)
+              for label, values in rows]
+    return "\n".join(lines)
+
+
+# --- .ci/run on clean clones ---------------------------------------------------------------------------
+
+def run_ci(repo: Path, revision: str, workdir: Path, label: str, cache: Path) -> dict:
+    """Clone ``revision`` of ``repo`` into WORKDIR/LABEL, run its .ci/run with ``cache`` as
+    $SGLANG_FLEET_CACHE, log to WORKDIR/LABEL.log; the log's figures plus the measured wall time."""
+    clone = workdir / label
+    subprocess.run(["git", "clone", "--quiet", "--no-checkout", str(repo), str(clone)], check=True)
+    subprocess.run(["git", "-C", str(clone), "checkout", "--quiet", "--detach", revision], check=True)
+    log = workdir / f"{label}.log"
+    env = {**os.environ, "SGLANG_FLEET_CACHE": str(cache)}
+    print(f"ci_timing: {label}: .ci/run of {revision} in {clone}, cache {cache}, log {log}", flush=True)
+    started = time.monotonic()
+    with log.open("w") as output:
+        status = subprocess.run([str(clone / ".ci" / "run")], cwd=clone, env=env, stdout=output,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False).returncode
+    figures = parse_log(log.read_text(errors="replace"))
+    figures["wall_seconds"] = round(time.monotonic() - started, 1)
+    if status != 0:
+        figures["result"] = f"exit {status}"
+    print(f"ci_timing: {label}: {figures['result']} in {figures['wall_seconds']:.1f} s", flush=True)
+    return figures
+
+
+def compare(repo: Path, revisions: Sequence[str], modes: Sequence[str], workdir: Path) -> str:
+    columns, runs = [], []
+    for index, revision in enumerate(revisions):
+        short = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", revision], check=True,
+                               capture_output=True, text=True).stdout.strip()
+        filled = None
+        for mode in modes:
+            if mode == "cold":
+                cache = filled = Path(tempfile.mkdtemp(prefix=f"cache-{index}-", dir=workdir))
+            else:
+                cache = filled or Path(os.environ.get("SGLANG_FLEET_CACHE")
+                                       or Path.home() / ".cache" / "sglang-fleet")
+            label = f"{short} {mode}"
+            runs.append(run_ci(repo, revision, workdir, f"{index}-{short}-{mode}", cache))
+            columns.append(label)
+    return render_table(columns, runs)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    timed = commands.add_parser("time", help="run COMMAND, record its wall time as DIR/STAGE.json",
+                                usage="ci_timing.py time [--dir DIR] STAGE -- COMMAND [ARG...]")
+    timed.add_argument("stage")
+    timed.add_argument("--dir", type=Path, default=DEFAULT_DIR)
+    summary = commands.add_parser("summary", help="seconds per stage and the slowest tests of a make test")
+    summary.add_argument("dir", nargs="?", type=Path, default=DEFAULT_DIR)
+    parse = commands.add_parser("parse", help="figures of existing .ci/run logs, side by side")
+    parse.add_argument("logs", nargs="+", type=Path)
+    comparing = commands.add_parser("compare", help=".ci/run of each revision on a clean clone, side by side")
+    comparing.add_argument("revisions", nargs="+")
+    comparing.add_argument("--repo", type=Path, default=REPO_ROOT)
+    comparing.add_argument("--modes", default="cold,warm", help="comma-separated, in order: cold, warm")
+    comparing.add_argument("--workdir", type=Path, help="where clones, caches and logs go (kept)")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser.parse_args(argv[:len(argv) - len(command) - ("--" in argv)])
+
+    if args.command == "time":
+        if not command:
+            parser.error("time: no command given (time STAGE -- COMMAND ...)")
+        return time_command(args.dir, args.stage, command)
+    if command:
+        parser.error(f"{args.command}: unexpected arguments after --: {' '.join(command)}")
+    if args.command == "summary":
+        print(render_summary(args.dir))
+        return 0
+    if args.command == "parse":
+        runs = [parse_log(path.read_text(errors="replace")) for path in args.logs]
+        print(render_table([path.name for path in args.logs], runs))
+        return 0
+    modes = args.modes.split(",")
+    unknown = sorted(set(modes) - {"cold", "warm"})
+    if unknown:
+        parser.error(f"--modes: unknown mode {', '.join(unknown)} (use cold, warm)")
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ci-timing-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    print(compare(args.repo.resolve(), args.revisions, modes, workdir.resolve()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,448 @@
+"""bench/ci_timing.py: the stage summary `make test` prints, the .ci/run log parser, and compare on clean
+clones (real git, a stand-in .ci/run: a full CI run takes most of an hour). cases/ci_logs/:
+lint-failed.log and collection-errors.log are real output of `make test` (paths replaced);
+main-cold-passed.log and branch-warm-failed.log are written in .ci/run's format, cut down, with a
+colored closing line and a failure whose captured output holds another pytest's closing line."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LOGS = Path(__file__).parent / "cases" / "ci_logs"
+_spec = importlib.util.spec_from_file_location("ci_timing", REPO_ROOT / "bench" / "ci_timing.py")
+ci_timing = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ci_timing)
+
+
+def log(name: str) -> dict:
+    return ci_timing.parse_log((LOGS / name).read_text())
+
+
+# --- parse -----------------------------------------------------------------------------------------------
+
+def test_a_passed_run_gives_counts_pytest_time_and_ci_wall_time():
+    figures = log("main-cold-passed.log")
+    assert figures == {"result": "passed", "ci_seconds": 3541, "pytest_seconds": 3498.61,
+                       "counts": {"passed": 1828, "skipped": 1}, "stages": {}}
+
+
+def test_a_failed_run_takes_the_outer_closing_line_without_colours_and_the_stage_totals():
+    figures = log("branch-warm-failed.log")
+    # the inner "3 passed" line in a failure's captured output comes earlier and is not the result
+    assert figures["counts"] == {"failed": 1, "passed": 1829, "errors": 1, "warnings": 2}
+    assert figures["pytest_seconds"] == 1397.25
+    assert figures["result"] == "failed"
+    assert figures["ci_seconds"] is None
+    assert figures["stages"] == {"lint": 48.3, "syntax": 11.9, "unit": 13.2, "integration": 402.7,
+                                 "fleet": 979.0}
+
+
+def test_a_failed_lint_has_no_pytest_figures_and_only_the_stages_that_ran():
+    figures = log("lint-failed.log")
+    assert figures == {"result": "failed", "ci_seconds": None, "pytest_seconds": None, "counts": None,
+                       "stages": {"lint": 0.2}}
+
+
+def test_collection_errors_are_counted_and_the_stages_before_pytest_kept():
+    figures = log("collection-errors.log")
+    assert figures == {"result": "failed", "ci_seconds": None, "pytest_seconds": 2.09,
+                       "counts": {"errors": 3}, "stages": {"lint": 88.4, "syntax": 15.2}}
+
+
+def test_a_sub_make_failure_alone_is_not_the_runs_result():
+    assert log("killed-in-fleet.log")["result"] == "unfinished"
+    text = "make[1]: *** [Makefile:55: ruff] Error 1\n"
+    assert ci_timing.parse_log(text)["result"] == "unfinished"
+    assert ci_timing.parse_log("make: *** [Makefile:42: test] Error 2\n")["result"] == "failed"
+
+
+def test_an_unfinished_run_has_no_counts():
+    assert log("killed-in-fleet.log") == {"result": "unfinished", "ci_seconds": None, "pytest_seconds": None,
+                                          "counts": None, "stages": {}}
+
+
+@pytest.mark.parametrize(("line", "counts", "seconds"), [
+    ("==== 3 passed in 0.51s ====", {"passed": 3}, 0.51),
+    ("== 2 failed, 1 passed, 4 deselected, 1 warning in 12.00s ==", {"failed": 2, "passed": 1,
+                                                                     "deselected": 4, "warnings": 1}, 12.0),
+    ("=== 2 errors, 1 xfailed, 1 xpassed, 1 rerun in 61.20s (0:01:01) ===",
+     {"errors": 2, "xfailed": 1, "xpassed": 1, "rerun": 1}, 61.2),
+    ("==== no tests ran in 0.01s ====", {}, 0.01),
+])
+def test_every_form_of_the_closing_line(line, counts, seconds):
+    figures = ci_timing.parse_log(f"collected 3 items\n{line}\n")
+    assert (figures["counts"], figures["pytest_seconds"]) == (counts, seconds)
+
+
+def test_lines_that_only_look_like_a_closing_line_are_not_one():
+    for line in ("==== 3 passed in 0.51s", "3 passed in 0.51s ====", "=== test session starts ===",
+                 " ==== 3 passed in 0.51s ===="):
+        assert ci_timing.parse_log(line + "\n")["counts"] is None, line
+
+
+def test_the_stage_block_ends_at_the_first_line_not_in_it():
+    text = ("make test: seconds per stage\n  lint  1.5 s\nsomething else\n  unit  9.0 s\n"
+            "make test: seconds per stage\n  fleet  2.0 s\n")
+    # a second summary (a rerun in the same log) replaces the first
+    assert ci_timing.parse_log(text)["stages"] == {"fleet": 2.0}
+    assert ci_timing.parse_log(text.rsplit("make test", 1)[0])["stages"] == {"lint": 1.5}
+
+
+def test_parse_prints_the_logs_side_by_side(capsys):
+    assert ci_timing.main(["parse", str(LOGS / "main-cold-passed.log"), str(LOGS / "branch-warm-failed.log"),
+                           str(LOGS / "killed-in-fleet.log")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["main-cold-passed.log", "branch-warm-failed.log", "killed-in-fleet.log"]
+    rows = {line.split()[0]: line.split()[1:] for line in lines[1:]}
+    assert rows["result"] == ["passed", "failed", "unfinished"]
+    assert rows["wall"] == ["(s)", "3541", "-", "-"]
+    assert rows["pytest"] == ["(s)", "3498.6", "1397.2", "-"]
+    assert rows["passed"] == ["1828", "1829", "-"]
+    assert rows["failed"] == ["0", "1", "-"]
+    assert rows["errors"] == ["0", "1", "-"]
+    assert rows["skipped"] == ["1", "0", "-"]
+    assert rows["fleet"] == ["(s)", "-", "979.0", "-"]
+    assert rows["lint"] == ["(s)", "-", "48.3", "-"]
+
+
+def test_the_table_leaves_out_stages_no_run_has():
+    table = ci_timing.render_table(["a"], [log("main-cold-passed.log")])
+    assert "lint" not in table
+    assert "passed" in table
+
+
+# --- make test: time and summary ------------------------------------------------------------------------
+
+def python(code: str) -> list:
+    return [sys.executable, "-c", code]
+
+
+@pytest.mark.parametrize(("command", "status"), [
+    (python("pass"), 0),
+    (python("import sys; sys.exit(3)"), 3),
+    (python("import os, signal; os.kill(os.getpid(), signal.SIGTERM)"), 143),
+    (["/nonexistent/ci-timing-command"], 127),
+])
+def test_time_records_the_wall_time_and_returns_the_commands_status(tmp_path, command, status):
+    assert ci_timing.main(["time", "lint", "--dir", str(tmp_path / "t"), "--", *command]) == status
+    record = json.loads((tmp_path / "t" / "lint.json").read_text())
+    assert record["stage"] == "lint"
+    assert record["status"] == status
+    assert 0 <= record["seconds"] < 30
+
+
+def test_time_measures_the_commands_own_duration(tmp_path):
+    ci_timing.time_command(tmp_path, "syntax", python("import time; time.sleep(0.3)"))
+    assert json.loads((tmp_path / "syntax.json").read_text())["seconds"] >= 0.3
+
+
+def test_time_without_a_command_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as refused:
+        ci_timing.main(["time", "lint", "--dir", str(tmp_path), "--"])
+    assert refused.value.code == 2
+    assert "no command given" in capsys.readouterr().err
+    assert not (tmp_path / "lint.json").exists()
+
+
+@pytest.mark.parametrize(("nodeid", "stage"), [
+    ("tests/unit/test_x.py::test_a", "unit"),
+    ("tests/integration/test_preflight.py::test_a", "integration"),
+    ("tests/integration/fleet/test_stack.py::test_a", "fleet"),
+    ("tests/molecule/fleet/test_x.py::test_a", "fleet"),
+    ("tests/integration/fleetish/test_x.py::test_a", "integration"),
+    ("tests/test_top.py::test_a", "other"),
+    ("unit/test_x.py::test_a", "other"),
+])
+def test_stage_of(nodeid, stage):
+    assert ci_timing.stage_of(nodeid) == stage
+
+
+def record(nodeid, outcome="passed", setup=0.0, call=0.0, teardown=0.0):
+    return {"nodeid": nodeid, "outcome": outcome, "setup": setup, "call": call, "teardown": teardown}
+
+
+
+
+def write_timing(directory: Path, *, lint=None, syntax=None, pytest_run=None, report=None) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for stage, record in (("lint", lint), ("syntax", syntax), ("pytest", pytest_run)):
+        if record is not None:
+            (directory / f"{stage}.json").write_text(json.dumps({"stage": stage, "seconds": record[0],
+                                                                 "status": record[1]}))
+    if report is not None:
+        (directory / "pytest-report.json").write_text(json.dumps(report))
+    return directory
+
+
+def full_report(**changes) -> dict:
+    tests = [record(f"tests/unit/test_u.py::test_{n}", call=0.5) for n in range(12)]
+    tests += [record("tests/integration/test_i.py::test_slow", setup=1.0, call=30.0, teardown=2.0),
+              record("tests/integration/test_i.py::test_broken", "error", setup=4.0),
+              record("tests/integration/fleet/test_f.py::test_site", setup=300.0, call=120.0),
+              record("tests/integration/fleet/test_f.py::test_rerun", "failed", call=60.0, teardown=5.0),
+              record("tests/molecule/fleet/test_m.py::test_converge", call=90.0)]
+    return {"wall_seconds": 620.0, "collect_seconds": 1.5, "session_teardown_seconds": 3.0, "exitstatus": 1,
+            "collect_errors": [], "tests": tests, **changes}
+
+
+def test_stage_totals_sum_each_stage_and_count_failures(tmp_path):
+    directory = write_timing(tmp_path, lint=(40.0, 0), syntax=(10.0, 0), pytest_run=(625.0, 1),
+                             report=full_report())
+    totals = ci_timing.stage_totals(directory)
+    assert totals["lint"] == {"seconds": 40.0, "status": 0}
+    assert totals["syntax"] == {"seconds": 10.0, "status": 0}
+    assert totals["unit"] == {"seconds": 6.0, "tests": 12, "failed": 0}
+    assert totals["integration"] == {"seconds": 37.0, "tests": 2, "failed": 1}
+    assert totals["fleet"] == {"seconds": 575.0, "tests": 3, "failed": 1}
+    # pytest's own wall time (the timed command) less what the tests account for
+    assert totals["pytest other"] == {"seconds": 7.0, "collect": 1.5, "session_teardown": 3.0}
+    assert totals["pytest"] == {"seconds": 625.0, "status": 1}
+
+
+def test_without_the_timed_command_the_reports_own_wall_time_counts(tmp_path):
+    totals = ci_timing.stage_totals(write_timing(tmp_path, report=full_report(wall_seconds=630.0)))
+    assert totals["pytest"] == {"seconds": 630.0, "status": 1}
+    assert totals["pytest other"]["seconds"] == 12.0
+    assert "lint" not in totals
+
+
+def test_the_other_row_is_never_negative(tmp_path):
+    # xdist: the tests' seconds add up to more than the wall time
+    totals = ci_timing.stage_totals(write_timing(tmp_path, pytest_run=(100.0, 0), report=full_report()))
+    assert totals["pytest other"]["seconds"] == 0.0
+
+
+def test_summary_of_a_full_run(tmp_path):
+    directory = write_timing(tmp_path, lint=(40.0, 0), syntax=(10.0, 0), pytest_run=(625.0, 1),
+                             report=full_report())
+    summary = ci_timing.render_summary(directory).splitlines()
+    assert summary[:10] == [
+        "make test: seconds per stage",
+        "  stage           seconds   tests  failed",
+        "  lint             40.0 s",
+        "  syntax           10.0 s",
+        "  unit              6.0 s      12       0",
+        "  integration      37.0 s       2       1",
+        "  fleet           575.0 s       3       1",
+        "  pytest other      7.0 s  (start-up, collection 1.5 s, session fixtures' teardown 3.0 s)",
+        "  total           675.0 s",
+        "slowest tests (setup + call + teardown):",
+    ]
+    slowest = summary[10:]
+    assert len(slowest) == 10
+    assert slowest[0] == "     420.0 s  fleet        tests/integration/fleet/test_f.py::test_site"
+    assert slowest[2] == "      65.0 s  fleet        tests/integration/fleet/test_f.py::test_rerun  [failed]"
+    assert slowest[4] == "       4.0 s  integration  tests/integration/test_i.py::test_broken  [error]"
+    # ties (the unit tests at 0.5 s) in node id order
+    assert slowest[5:] == [f"       0.5 s  unit         tests/unit/test_u.py::test_{n}"
+                           for n in (0, 1, 10, 11, 2)]
+
+
+def test_summary_parses_back_from_a_log(tmp_path):
+    directory = write_timing(tmp_path, lint=(40.0, 0), syntax=(10.0, 0), pytest_run=(625.0, 1),
+                             report=full_report())
+    figures = ci_timing.parse_log(ci_timing.render_summary(directory) + "\n")
+    assert figures["stages"] == {"lint": 40.0, "syntax": 10.0, "unit": 6.0, "integration": 37.0,
+                                 "fleet": 575.0}
+
+
+def test_summary_after_a_failed_lint_says_what_did_not_run(tmp_path):
+    summary = ci_timing.render_summary(write_timing(tmp_path, lint=(0.44, 2)))
+    assert summary.splitlines() == [
+        "make test: seconds per stage",
+        "  stage           seconds   tests  failed",
+        "  lint              0.4 s  failed (exit 2)",
+        "  syntax          not run",
+        "  unit            not run",
+        "  integration     not run",
+        "  fleet           not run",
+        "  total             0.4 s",
+    ]
+
+
+def test_summary_when_pytest_wrote_no_report(tmp_path):
+    summary = ci_timing.render_summary(write_timing(tmp_path, lint=(1.0, 0), syntax=(2.0, 0),
+                                                    pytest_run=(3.25, 137)))
+    assert "  pytest ran 3.2 s, exit 137, and wrote no per-test report" in summary.splitlines()
+    assert summary.splitlines()[-1] == "  total             6.2 s"
+
+
+def test_tests_outside_the_stages_get_their_own_row(tmp_path):
+    report = full_report(tests=[record("tests/test_top.py::test_a", call=2.0)])
+    summary = ci_timing.render_summary(write_timing(tmp_path, report=report)).splitlines()
+    assert "  other             2.0 s       1       0" in summary
+    assert "  unit            not run" in summary
+
+
+def test_a_module_that_failed_to_collect_counts_as_a_failure_of_its_stage(tmp_path):
+    report = full_report(collect_errors=["tests/unit/test_gone.py", "tests/integration/fleet/test_gone.py",
+                                         "tests/integration/test_new.py"],
+                         tests=[record("tests/unit/test_u.py::test_a", call=1.0)])
+    totals = ci_timing.stage_totals(write_timing(tmp_path, report=report))
+    assert totals["unit"] == {"seconds": 1.0, "tests": 1, "failed": 1}
+    assert totals["fleet"] == {"seconds": 0.0, "tests": 0, "failed": 1}
+    assert totals["integration"] == {"seconds": 0.0, "tests": 0, "failed": 1}
+
+
+def test_summary_command_prints_it(tmp_path, capsys):
+    write_timing(tmp_path, lint=(1.0, 0))
+    assert ci_timing.main(["summary", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.startswith("make test: seconds per stage\n")
+
+
+# --- the pytest plugin (tests/conftest.py --timing-json), in a real pytest run ------------------------------
+
+PLUGIN_TESTS = {
+    "tests/integration/fleet/test_slow.py": """
+        import time
+        import pytest
+
+        @pytest.fixture(scope="session")
+        def shared():
+            yield
+            time.sleep(0.4)  # a session fixture's teardown runs in the last test's teardown
+
+        def test_slow(shared):
+            time.sleep(0.2)
+    """,
+    "tests/unit/test_gone.py": """
+        import a_module_that_does_not_exist
+    """,
+    "tests/unit/test_fast.py": """
+        import pytest
+
+        @pytest.fixture
+        def broken():
+            raise RuntimeError("set-up fails")
+
+        def test_passes():
+            pass
+
+        def test_fails():
+            assert False
+
+        def test_errors(broken):
+            pass
+    """,
+}
+
+
+def test_the_plugin_writes_each_tests_phases_and_keeps_the_session_teardown_apart(tmp_path):
+    for name, source in PLUGIN_TESTS.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(textwrap.dedent(source))
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    report = tmp_path / "out" / "report.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "tests")}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider",
+                          "-p", "no:hypothesispytest", f"--timing-json={report}", "-q",
+                          "--continue-on-collection-errors"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 1, run.stdout + run.stderr
+    data = json.loads(report.read_text())
+    tests = {test["nodeid"]: test for test in data["tests"]}
+    outcomes = [tests[f"tests/unit/test_fast.py::test_{name}"]["outcome"]
+                for name in ("passes", "fails", "errors")]
+    assert outcomes == ["passed", "failed", "error"]
+    slow = tests["tests/integration/fleet/test_slow.py::test_slow"]
+    assert slow["outcome"] == "passed"
+    assert 0.2 <= slow["call"] < 0.4
+    assert data["session_teardown_seconds"] >= 0.4
+    assert all(test["teardown"] < 0.4 for test in data["tests"])
+    assert data["exitstatus"] == 1
+    assert data["collect_errors"] == ["tests/unit/test_gone.py"]
+    assert data["wall_seconds"] >= 0.6
+    assert data["collect_seconds"] > 0
+
+
+# --- compare: clean clones of two revisions, cold and warm ----------------------------------------------
+
+STAND_IN_CI = """#!/bin/sh
+# stand-in for .ci/run: says how full the cache it was given is, then fills it
+echo "ci: cache $(ls -A "$SGLANG_FLEET_CACHE" | wc -l) entries"
+touch "$SGLANG_FLEET_CACHE/entry-$$"
+echo "==== {counts} in 1.50s ===="
+{ending}
+"""
+
+
+GIT_IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org",
+                "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"}
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env={**os.environ, **GIT_IDENTITY}).stdout.strip()
+
+
+def commit_ci(repo: Path, counts: str, ending: str) -> str:
+    script = repo / ".ci" / "run"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(STAND_IN_CI.format(counts=counts, ending=ending))
+    script.chmod(0o755)
+    git(repo, "add", ".ci/run")
+    git(repo, "commit", "-q", "-m", counts)
+    return git(repo, "rev-parse", "--short", "HEAD")
+
+
+@pytest.fixture
+def two_revisions(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    before = commit_ci(repo, "5 passed", 'echo "ci: make test passed in 2 s"')
+    after = commit_ci(repo, "1 failed, 6 passed", 'echo "make: *** [Makefile:42: test] Error 2"; exit 2')
+    # uncommitted work is not what a clean clone runs
+    (repo / ".ci" / "run").write_text("#!/bin/sh\necho uncommitted; exit 9\n")
+    return repo, before, after
+
+
+def test_compare_runs_each_revision_cold_then_warm_on_its_own_cache(two_revisions, tmp_path, capsys):
+    repo, before, after = two_revisions
+    workdir = tmp_path / "work"
+    assert ci_timing.main(["compare", before, after, "--repo", str(repo), "--workdir", str(workdir)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    table = out[out.index(next(line for line in out if line.startswith(" "))):]
+    assert table[0].split() == [before, "cold", before, "warm", after, "cold", after, "warm"]
+    rows = {line.split()[0]: line.split()[1:] for line in table[1:]}
+    assert rows["result"] == ["passed", "passed", "exit", "2", "exit", "2"]
+    assert rows["passed"] == ["5", "5", "6", "6"]
+    assert rows["failed"] == ["0", "0", "1", "1"]
+    assert rows["pytest"] == ["(s)", "1.5", "1.5", "1.5", "1.5"]
+    assert all(float(wall) < 60 for wall in rows["wall"][1:])
+    logs = {path.name: path.read_text() for path in workdir.glob("*.log")}
+    assert sorted(logs) == [f"0-{before}-cold.log", f"0-{before}-warm.log", f"1-{after}-cold.log",
+                            f"1-{after}-warm.log"]
+    # cold starts from an empty cache, warm finds what that revision's cold run left
+    for name, text in logs.items():
+        assert text.startswith("ci: cache 0 entries" if "cold" in name else "ci: cache 1 entries"), name
+        assert "uncommitted" not in text
+
+
+def test_warm_alone_uses_the_current_cache(two_revisions, tmp_path, monkeypatch, capsys):
+    repo, before, _ = two_revisions
+    cache = tmp_path / "kept-cache"
+    cache.mkdir()
+    for n in range(3):
+        (cache / f"kept-{n}").touch()
+    monkeypatch.setenv("SGLANG_FLEET_CACHE", str(cache))
+    workdir = tmp_path / "work"
+    ci_timing.main(["compare", before, "--repo", str(repo), "--modes", "warm", "--workdir", str(workdir)])
+    assert (workdir / f"0-{before}-warm.log").read_text().startswith("ci: cache 3 entries")
+    assert len(list(cache.iterdir())) == 4
+    assert capsys.readouterr().out.splitlines()[-8].split() == [before, "warm"]
+
+
+def test_compare_refuses_an_unknown_mode(capsys):
+    with pytest.raises(SystemExit):
+        ci_timing.main(["compare", "HEAD", "--modes", "cold,hot"])
+    assert "unknown mode hot" in capsys.readouterr().err
