@@ -5,6 +5,11 @@
   ``SGLANG_FLEET_MODULE_UTILS`` names another directory to import them from instead: mutation testing
   (bench/mutation_score.py) points it at mutmut's mutated copy.
 - Prerequisites: use ``from prereq import require`` (skip locally, fail under CI).
+- ``pytest -n N --dist loadgroup``: every fleet test (tests/integration/fleet/, tests/molecule/) runs on
+  one worker, in collection order (they share the session fleet, and test_stack_jobs.py must run after
+  test_stack.py); the other tests spread over the workers beside it. By path, not by xdist_group
+  marks: with pytest 9, xdist 3.8's loadgroup never sees its marks (it rewrites ``item._nodeid``,
+  which pytest 9 no longer reads), and would spread the fleet tests like ``--dist load``.
 - ``--timing-json PATH`` (``make test`` passes it): each test's setup, call and teardown seconds and
   outcome, the collection and session wall time, as JSON; ``bench/ci_timing.py summary`` sums them per
   stage and prints the slowest tests.
@@ -19,6 +24,7 @@ from pathlib import Path
 
 import ansible.module_utils
 import pytest
+from xdist.scheduler import LoadGroupScheduling
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODULE_UTILS = os.environ.get("SGLANG_FLEET_MODULE_UTILS") or str(REPO_ROOT / "module_utils")
@@ -30,6 +36,19 @@ if MODULE_UTILS not in ansible.module_utils.__path__:
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT
+
+
+FLEET_TESTS = ("tests/integration/fleet/", "tests/molecule/")
+
+
+class FleetGroupScheduling(LoadGroupScheduling):
+    def _split_scope(self, nodeid: str) -> str:
+        return "fleet" if nodeid.startswith(FLEET_TESTS) else super()._split_scope(nodeid)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    return FleetGroupScheduling(config, log) if config.getvalue("dist") == "loadgroup" else None
 
 
 def pytest_addoption(parser):

@@ -364,6 +364,40 @@ def test_the_plugin_writes_each_tests_phases_and_keeps_the_session_teardown_apar
     assert data["collect_seconds"] > 0
 
 
+def test_under_loadgroup_the_fleet_tests_run_on_one_worker_in_order(tmp_path):
+    fleet_test = """
+        import os
+
+        def test_{n}():
+            with open(os.environ["ORDER_FILE"], "a") as order:
+                order.write(os.environ["PYTEST_XDIST_WORKER"] + " {module}::test_{n}\\n")
+    """
+    layout = {"tests/integration/fleet/test_a.py": "a", "tests/integration/fleet/test_b.py": "b",
+              "tests/molecule/fleet/test_m.py": "m"}
+    for name, module in layout.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("".join(textwrap.dedent(fleet_test).format(n=f"{module}{n}",
+                                                                                module=module)
+                                             for n in range(3)))
+    (tmp_path / "tests/unit").mkdir(parents=True)
+    (tmp_path / "tests/unit/test_u.py").write_text("import os\nimport time\n\n" + "".join(
+        f"def test_u{n}():\n    time.sleep(0.05)\n"
+        f"    print('ran on', os.environ['PYTEST_XDIST_WORKER'])\n\n\n" for n in range(20)))
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    order = tmp_path / "order.txt"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "tests"), "ORDER_FILE": str(order)}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider",
+                          "-p", "no:hypothesispytest", "-rP", "-n", "2", "--dist", "loadgroup"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "29 passed" in run.stdout
+    lines = [line.split() for line in order.read_text().splitlines()]
+    assert len({worker for worker, _ in lines}) == 1, lines
+    assert [test for _, test in lines] == [f"{m}::test_{m}{n}" for m in "abm" for n in range(3)]
+    # the other tests are not held back behind the fleet group: both workers ran some
+    assert {"ran on gw0", "ran on gw1"} <= set(run.stdout.splitlines())
+
+
 # --- compare: clean clones of two revisions, cold and warm ----------------------------------------------
 
 STAND_IN_CI = """#!/bin/sh
