@@ -40,7 +40,7 @@ SLOWEST = 10
 # pytest's closing line: "==== 2 failed, 1827 passed, 3 skipped in 3540.12s (0:59:00) ====".
 CLOSING = re.compile(r"^=+ (?P<counts>.*?) in (?P<seconds>[\d.]+)s(?: \([\d:]+\))? =+$")
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected|warnings?|rerun)\b")
-CI_PASSED = re.compile(r"^ci: make test passed in (\d+) s$")
+CI_ENDED = re.compile(r"^ci: make test (passed in|failed \(exit \d+\) after) (\d+) s$")
 MAKE_FAILED = re.compile(r"^make: \*\*\* .*Error \d+")
 STAGE_ROW = re.compile(r"^\s*(" + "|".join(STAGES) + r")\s+(\d+\.\d) s\b")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -170,9 +170,10 @@ def parse_log(text: str) -> dict:
                 counts[kind] = counts.get(kind, 0) + int(number)
             figures["counts"] = counts
             figures["pytest_seconds"] = float(closing["seconds"])
-        elif CI_PASSED.match(line):
-            figures["result"] = "passed"
-            figures["ci_seconds"] = int(CI_PASSED.match(line)[1])
+        elif CI_ENDED.match(line):
+            ended = CI_ENDED.match(line)
+            figures["result"] = "passed" if ended[1] == "passed in" else "failed"
+            figures["ci_seconds"] = int(ended[2])
         elif MAKE_FAILED.match(line):
             figures["result"] = "failed"
         elif line == SUMMARY_TITLE:

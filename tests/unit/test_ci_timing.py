@@ -41,7 +41,7 @@ def test_a_failed_run_takes_the_outer_closing_line_without_colours_and_the_stage
     assert figures["counts"] == {"failed": 1, "passed": 1829, "errors": 1, "warnings": 2}
     assert figures["pytest_seconds"] == 1397.25
     assert figures["result"] == "failed"
-    assert figures["ci_seconds"] is None
+    assert figures["ci_seconds"] == 1502
     assert figures["stages"] == {"lint": 48.3, "syntax": 11.9, "unit": 13.2, "integration": 402.7,
                                  "fleet": 979.0}
 
@@ -63,6 +63,19 @@ def test_a_sub_make_failure_alone_is_not_the_runs_result():
     text = "make[1]: *** [Makefile:55: ruff] Error 1\n"
     assert ci_timing.parse_log(text)["result"] == "unfinished"
     assert ci_timing.parse_log("make: *** [Makefile:42: test] Error 2\n")["result"] == "failed"
+
+
+@pytest.mark.parametrize(("line", "result", "seconds"), [
+    ("ci: make test passed in 1499 s", "passed", 1499),
+    ("ci: make test failed (exit 2) after 61 s", "failed", 61),
+    ("ci: make test failed (exit 130) after 0 s", "failed", 0),
+    ("ci: make test passed in s", "unfinished", None),
+    ("ci: make test failed after 61 s", "unfinished", None),
+    ("xci: make test passed in 1 s", "unfinished", None),
+])
+def test_the_ci_ending_line(line, result, seconds):
+    figures = ci_timing.parse_log(f"ci: Python 3.11.7, 2 cores, 23 GiB\n{line}\n")
+    assert (figures["result"], figures["ci_seconds"]) == (result, seconds)
 
 
 def test_an_unfinished_run_has_no_counts():
@@ -104,7 +117,7 @@ def test_parse_prints_the_logs_side_by_side(capsys):
     assert lines[0].split() == ["main-cold-passed.log", "branch-warm-failed.log", "killed-in-fleet.log"]
     rows = {line.split()[0]: line.split()[1:] for line in lines[1:]}
     assert rows["result"] == ["passed", "failed", "unfinished"]
-    assert rows["wall"] == ["(s)", "3541", "-", "-"]
+    assert rows["wall"] == ["(s)", "3541", "1502", "-"]
     assert rows["pytest"] == ["(s)", "3498.6", "1397.2", "-"]
     assert rows["passed"] == ["1828", "1829", "-"]
     assert rows["failed"] == ["0", "1", "-"]
