@@ -19,7 +19,7 @@ version_added: "1.0.0"
 author: sglang-fleet maintainers (@sglang-fleet)
 options:
   files:
-    description: The files (name, version, filename, url, sha256), as M(stack_pylock) returns them.
+    description: The files (name, version, filename, url, sha256), as the stack_pylock module returns them.
     type: list
     elements: dict
     required: true
