@@ -26,6 +26,9 @@ SM120A = "-gencode=arch=compute_120a,code=sm_120a"
 @pytest.mark.parametrize(("flag", "below"), [
     (SM80, True), (SM89, True), ("-gencode=arch=compute_87,code=sm_87", True),
     ("-gencode arch=compute_80,code=compute_80", True),  # PTX of an old arch too
+    # the virtual arch decides (__CUDA_ARCH__ of the compile), and a code list is fine
+    ("-gencode=arch=compute_80,code=sm_90", True),
+    ("-gencode=arch=compute_90,code=[sm_90,compute_90]", False),
     (SM90, False), ("-gencode=arch=compute_90a,code=sm_90a", False), (SM100F, False), (SM120A, False),
     ("-O3", False), ("--threads=4", False),
 ])
