@@ -49,12 +49,32 @@ options:
     type: bool
     default: true
   enable_fa3:
-    description: C(SGL_KERNEL_ENABLE_FA3); V(auto) turns it on only for 8.x/9.0 targets when narrowing.
+    description:
+      - C(SGL_KERNEL_ENABLE_FA3); V(auto) turns it on only for 8.x/9.0 targets when narrowing (FA3 holds
+        sm_80/86/90a code only), and on without narrowing. The role passes V(auto) for a profile's
+        C(sgl_kernel.build.enable_fa3=true) and V(off) for V(false).
     type: str
     choices: [auto, "on", "off"]
     default: auto
+  enable_below_sm90:
+    description:
+      - The profile's C(sgl_kernel.build.enable_below_sm90). V(false) sets C(ENABLE_BELOW_SM90=OFF),
+        comments out every gencode older than 9.0 in the CMake files (narrowed or not) and refuses a
+        target capability older than 9.0. V(true) lets narrowing keep them for such targets; without
+        narrowing it sets C(ENABLE_BELOW_SM90=ON) (upstream's default is OFF on aarch64).
+    type: bool
+    default: true
+  extra_cmake_args:
+    description:
+      - The profile's C(sgl_kernel.build.extra_cmake_args), each a C(-DNAME=VALUE) string, passed as CMake
+        cache settings and part of the fingerprint. Other CMake options, a C(:TYPE), a name given twice or
+        a name the plan sets itself (C(SGL_KERNEL_ENABLE_FA3), C(ENABLE_BELOW_SM90),
+        C(SGL_KERNEL_COMPILE_THREADS), the compiler launchers, C(FETCHCONTENT_SOURCE_DIR_*)) are errors.
+    type: list
+    elements: str
+    default: []
   extra_cmake_defines:
-    description: More CMake cache settings, name to value.
+    description: More CMake cache settings, name to value, applied after O(extra_cmake_args).
     type: dict
     default: {}
   mirror_url:
@@ -162,6 +182,9 @@ EXAMPLES = r"""
     cuda_version: "13.0"
     torch_version: "2.14.1"
     source_commit: 3ec6e09487cbf7424f7875cb098860a2142666a3
+    enable_fa3: "off"
+    enable_below_sm90: false
+    extra_cmake_args: ["-DSGL_KERNEL_ENABLE_FP4=ON"]
     mirror_url: https://mirror.example.org/github
     cores: "{{ ansible_processor_vcpus }}"
     memory_mb: "{{ ansible_memtotal_mb }}"
@@ -298,6 +321,7 @@ def prepare(module, p):
     plan = prepare_source(p["source_dir"], p["capabilities"], p["cuda_version"], p["torch_version"],
                           p["source_commit"], narrow=p["narrow"],
                           enable_fa3={"on": True, "off": False}.get(p["enable_fa3"], "auto"),
+                          enable_below_sm90=p["enable_below_sm90"], extra_cmake_args=p["extra_cmake_args"],
                           extra_cmake_defines=p["extra_cmake_defines"], mirror_url=p["mirror_url"],
                           prefetched=p["prefetched"], check_mode=module.check_mode)
     gencodes = max(1, len(plan["gencodes"]))
@@ -371,6 +395,8 @@ def main():
             "source_commit": {"type": "str"},
             "narrow": {"type": "bool", "default": True},
             "enable_fa3": {"type": "str", "choices": ["auto", "on", "off"], "default": "auto"},
+            "enable_below_sm90": {"type": "bool", "default": True},
+            "extra_cmake_args": {"type": "list", "elements": "str", "default": []},
             "extra_cmake_defines": {"type": "dict", "default": {}},
             "mirror_url": {"type": "str", "default": ""},
             "prefetched": {"type": "dict", "default": {}},

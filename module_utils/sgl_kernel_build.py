@@ -100,6 +100,62 @@ def parse_gencode(flag):
     return match.group(1), match.group(2)
 
 
+def below_sm90(flag):
+    """Whether a gencode flag compiles for an arch older than 9.0 (sm_80, sm_86, sm_87, sm_89...): what
+    upstream's ``ENABLE_BELOW_SM90`` adds. False for other flags."""
+    pair = parse_gencode(flag)
+    return pair is not None and parse_arch(pair[0])[1].major < 9
+
+
+# CMake settings the build plan sets itself, and the setting that controls each: extra_cmake_args
+# naming one would be overridden, or would contradict a key of its own.
+PLANNED_DEFINES = {
+    "SGL_KERNEL_ENABLE_FA3": "sgl_kernel.build.enable_fa3",
+    "ENABLE_BELOW_SM90": "sgl_kernel.build.enable_below_sm90",
+    "SGL_KERNEL_COMPILE_THREADS": "the sgl_kernel_compile_threads role variable",
+    "CMAKE_C_COMPILER_LAUNCHER": "the sgl_kernel_compiler_cache role variable",
+    "CMAKE_CXX_COMPILER_LAUNCHER": "the sgl_kernel_compiler_cache role variable",
+    "CMAKE_CUDA_COMPILER_LAUNCHER": "the sgl_kernel_compiler_cache role variable",
+}
+_CMAKE_DEFINE = re.compile(r"^-D(?P<name>[^=:]*)(?P<type>:[^=]*)?(?P<eq>=?)(?P<value>.*)\Z")
+_CMAKE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.+-]*\Z")
+
+
+def cmake_args_defines(args, key="sgl_kernel.build.extra_cmake_args"):
+    """{name: value} of ``-DNAME=VALUE`` strings (the profile's extra_cmake_args), in order.
+
+    The build passes CMake cache settings through scikit-build-core (``cmake.define.NAME=VALUE``), which
+    chooses the generator, the source and build directories and each setting's type itself, so only
+    ``-DNAME=VALUE`` is accepted. Raises BuildPlanError naming ``key`` and the argument for anything else,
+    a name given twice, or a name the plan sets itself (PLANNED_DEFINES, FETCHCONTENT_SOURCE_DIR_*).
+    """
+    defines = {}
+    for arg in args:
+        match = _CMAKE_DEFINE.match(arg) if isinstance(arg, str) else None
+        if match is None:
+            raise BuildPlanError(f"{key}: {arg!r} is not a CMake cache setting; write each as one string "
+                                 "-DNAME=VALUE (other CMake options cannot be passed: scikit-build-core "
+                                 "chooses the generator and the directories)")
+        name = match.group("name")
+        if not _CMAKE_NAME.match(name) or not match.group("eq"):
+            raise BuildPlanError(f"{key}: {arg!r} is not -DNAME=VALUE (one string, no space after -D, a "
+                                 "name of letters, digits and _ . + -, then =)")
+        if match.group("type"):
+            raise BuildPlanError(f"{key}: {arg!r} gives a type; write -D{name}={match.group('value')} "
+                                 "(scikit-build-core sets the type of each setting)")
+        owner = PLANNED_DEFINES.get(name)
+        if owner is None and name.startswith("FETCHCONTENT_SOURCE_DIR_"):
+            owner = "the sgl_kernel_prefetched_sources role variable"
+        if owner:
+            raise BuildPlanError(f"{key}: {arg!r} sets {name}, which the build plan sets from {owner}; "
+                                 "set it there")
+        if name in defines:
+            raise BuildPlanError(f"{key}: {name} is given twice ({defines[name]!r} and "
+                                 f"{match.group('value')!r}); keep one")
+        defines[name] = match.group("value")
+    return defines
+
+
 def gencode_flag(virtual, code):
     return f"-gencode=arch={virtual},code={code}"
 

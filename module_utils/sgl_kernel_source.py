@@ -19,8 +19,10 @@ from ansible.module_utils.cuda_arch import capability_tuple
 from ansible.module_utils.sgl_kernel_build import (
     VARIANT_TARGETS,
     BuildPlanError,
+    below_sm90,
     build_fingerprint,
     capability_sort,
+    cmake_args_defines,
     narrow_gencodes,
     needed_variants,
 )
@@ -256,14 +258,22 @@ def _write_if_changed(path, text, check_mode):
 
 
 def prepare_source(package_dir, capabilities, cuda_version, torch_version, source_commit, *, narrow=True,
-                   enable_fa3="auto", extra_cmake_defines=None, mirror_url="", prefetched=None,
-                   check_mode=False):
+                   enable_fa3="auto", enable_below_sm90=True, extra_cmake_args=(), extra_cmake_defines=None,
+                   mirror_url="", prefetched=None, check_mode=False):
     """Adapt a checked-out sglang-kernel source in place (staging copy) and plan its build.
 
     Narrowing comments out the gencodes no target needs (adding the ones only a newer target needs) and
     drops the loader variants no target selects; configure-time URLs point at ``mirror_url`` or at
     pre-fetched dirs; the torch pin becomes the stack's. The files are rewritten from their pristine
-    copies, so a second run gives the same files. Returns a dict with changed, gencodes (kept),
+    copies, so a second run gives the same files.
+
+    The profile's ``sgl_kernel.build`` keys: ``enable_fa3`` (True, False or "auto": on only for 8.x/9.0
+    targets when narrowing, FA3 having no other code) sets ``SGL_KERNEL_ENABLE_FA3``;
+    ``enable_below_sm90=False`` sets ``ENABLE_BELOW_SM90=OFF``, comments out every gencode older than 9.0
+    in every CMake file (narrowed or not) and refuses a target older than 9.0; True lets narrowing keep
+    them for such targets, and without narrowing sets ``ENABLE_BELOW_SM90=ON`` (upstream's default is
+    OFF on aarch64); ``extra_cmake_args`` (``-DNAME=VALUE`` strings) become CMake cache settings, and
+    ``extra_cmake_defines`` (the role's) come last. Returns a dict with changed, gencodes (kept),
     gencodes_default, variants, dropped_targets, dependencies, cmake_defines, fingerprint,
     fingerprint_inputs.
     """
@@ -274,6 +284,13 @@ def prepare_source(package_dir, capabilities, cuda_version, torch_version, sourc
             raise BuildPlanError(f"{path} is missing: {package_dir} is not an sglang-kernel source directory "
                                  "(set sgl_kernel_source_subdir to sgl-kernel or python/sglang/kernels/aot)")
     capabilities = capability_sort(capabilities)
+    too_old = [c for c in capabilities if capability_tuple(c) < (9, 0)]
+    if too_old and not enable_below_sm90:
+        raise BuildPlanError(
+            f"target capabilities {', '.join(too_old)} are older than 9.0, but the profile's "
+            "sgl_kernel.build.enable_below_sm90 is false, so the kernel would hold no code for them: set it "
+            "to true, or leave those hosts out of the play")
+    args_defines = cmake_args_defines(extra_cmake_args)
     text = _pristine(cmakelists, check_mode)
     default = cmake_gencodes(text)
     if not default:
@@ -285,6 +302,8 @@ def prepare_source(package_dir, capabilities, cuda_version, torch_version, sourc
         keep, extra = narrow_gencodes(capabilities, default, cuda_version)
         text, _removed = narrow_cmake_gencodes(text, keep, extra)
         text, dropped = drop_variant_targets(text, [v for v in sorted(VARIANT_TARGETS) if v not in variants])
+    elif not enable_below_sm90:
+        text, _removed = narrow_cmake_gencodes(text, [g for g in default if not below_sm90(g)])
     cmake_files = {cmakelists: text}
     cmake_dir = os.path.join(package_dir, "cmake")
     if os.path.isdir(cmake_dir):
@@ -292,13 +311,16 @@ def prepare_source(package_dir, capabilities, cuda_version, torch_version, sourc
             if name.endswith(".cmake"):
                 path = os.path.join(cmake_dir, name)
                 cmake_files[path] = _pristine(path, check_mode)
-    if narrow:
-        # Other libraries keep their gencodes that run on a target; a library left with none (FlashMLA,
-        # sm_90a/sm_100f/sm_103a only, on a 12.0 fleet) has no code for any target: it is not built.
+    if narrow or not enable_below_sm90:
+        # Other libraries keep their gencodes that run on a target (or, not narrowed, those of 9.0 and
+        # newer); a library left with none (FlashMLA, sm_90a/sm_100f/sm_103a only, on a 12.0 fleet) has no
+        # code for any target: it is not built.
         for path in list(cmake_files):
             before = gencodes_by_variable(cmake_files[path])
             if path != cmakelists:
-                cmake_files[path], _removed = narrow_cmake_gencodes(cmake_files[path], keep)
+                kept_here = keep if narrow else [g for g in cmake_gencodes(cmake_files[path])
+                                                 if not below_sm90(g)]
+                cmake_files[path], _removed = narrow_cmake_gencodes(cmake_files[path], kept_here)
             after = gencodes_by_variable(cmake_files[path])
             emptied = [v for v in before if v and not after.get(v)]
             useless = sorted({t for v in emptied for t in targets_using(cmake_files[path], v)} - set(dropped))
@@ -323,9 +345,9 @@ def prepare_source(package_dir, capabilities, cuda_version, torch_version, sourc
     if enable_fa3 == "auto":
         enable_fa3 = any(capability_tuple(c)[0] in (8, 9) for c in capabilities) if narrow else True
     defines["SGL_KERNEL_ENABLE_FA3"] = "ON" if enable_fa3 else "OFF"
-    if narrow:
-        below = any(capability_tuple(c) < (9, 0) for c in capabilities)
-        defines["ENABLE_BELOW_SM90"] = "ON" if below else "OFF"
+    below = bool(too_old) if narrow else enable_below_sm90
+    defines["ENABLE_BELOW_SM90"] = "ON" if below else "OFF"
+    defines.update(args_defines)
     defines.update({str(k): str(v) for k, v in (extra_cmake_defines or {}).items()})
     py_text, _count = repin_torch(_pristine(pyproject, check_mode), torch_version)
     changed = _write_if_changed(pyproject, py_text, check_mode)

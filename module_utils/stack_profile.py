@@ -17,6 +17,7 @@ import os
 import re
 
 from ansible.module_utils.cuda_arch import ArchError, capability_tuple, parse_capability
+from ansible.module_utils.sgl_kernel_build import BuildPlanError, cmake_args_defines
 
 # Bumped when the meaning of the fingerprint inputs changes (every stack then gets a new name).
 FINGERPRINT_VERSION = 1
@@ -163,12 +164,22 @@ def read_profile(path):
         raise ProfileError(f"{path} is not valid YAML{where}: {problem}") from None
 
 
+def kernel_build_problems(profile):
+    """Why the profile's sgl_kernel.build.extra_cmake_args cannot reach a build (empty list: they can),
+    so that a bad one fails preflight instead of the source build."""
+    try:
+        cmake_args_defines(profile["sgl_kernel"]["build"]["extra_cmake_args"])
+    except BuildPlanError as exc:
+        return [str(exc)]
+    return []
+
+
 def validate_profile(profile, source="profile"):
     """Raise ProfileError naming every problem of ``profile`` (schema, then torch vs CUDA)."""
     problems = []
     _check(profile, SCHEMA, "", problems)
     if not problems:
-        problems = torch_cuda_problems(profile)
+        problems = torch_cuda_problems(profile) + kernel_build_problems(profile)
     if problems:
         raise ProfileError(f"{source}: {'; '.join(problems)}")
     return profile

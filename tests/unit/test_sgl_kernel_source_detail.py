@@ -163,7 +163,7 @@ def test_defines_given_win_and_no_narrowing_builds_everything(tmp_path):
     assert plan["fingerprint_inputs"]["flags"] == ["ENABLE_BELOW_SM90=ON", "SGL_KERNEL_COMPILE_THREADS=4",
                                                    "SGL_KERNEL_ENABLE_FA3=OFF"]
     assert prepare(make_source(tmp_path / "b", "new"), narrow=False)["cmake_defines"] == {
-        "SGL_KERNEL_ENABLE_FA3": "ON"}
+        "SGL_KERNEL_ENABLE_FA3": "ON", "ENABLE_BELOW_SM90": "ON"}
 
 
 def test_capabilities_are_sorted_and_unique_in_the_plan(tmp_path):

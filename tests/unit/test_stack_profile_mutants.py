@@ -201,3 +201,17 @@ def test_index_url_channel(index_url, channel):
 
 def test_index_url_whose_last_segment_is_no_channel():
     assert torch_cuda_problems(profile(torch__index_url="https://mirror.example/whl/cu128/X")) == []
+
+
+def test_kernel_build_problems_follow_the_torch_problems_in_one_message():
+    bad = profile(torch__cuda_tag="cu128", sgl_kernel__build__extra_cmake_args=["-DX"])
+    message = problems_of(bad, "p.yml")
+    assert message.startswith("p.yml: torch.cuda_tag cu128 (CUDA 12.8) does not match cuda.version 13.0")
+    assert message.endswith("; sgl_kernel.build.extra_cmake_args: '-DX' is not -DNAME=VALUE (one string, no "
+                            "space after -D, a name of letters, digits and _ . + -, then =)")
+
+
+def test_kernel_build_problems_of_good_args_are_none():
+    assert stack_profile.kernel_build_problems(profile(sgl_kernel__build__extra_cmake_args=["-DX=1"])) == []
+    assert validate_profile(profile(sgl_kernel__build__extra_cmake_args=["-DX=1"]))["sgl_kernel"]["build"][
+        "extra_cmake_args"] == ["-DX=1"]
