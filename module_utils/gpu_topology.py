@@ -155,10 +155,10 @@ def topology_from(matrix, p2p=None):
             link = {"gpus": [first, second], "link": code, "path": link_meaning(code, matrix["legend"])}
             for kind, answer in sorted((p2p or {}).items()):
                 statuses = _gpu_cells(answer)
-                # A pair is as good as its worse direction; nvidia-smi lists both.
-                there, back = statuses.get((first, second)), statuses.get((second, first))
-                if there is None or back is None:
+                if (first, second) not in statuses:  # then (second, first) is not either
                     raise TopologyError(f"the p2p {kind} matrix has no GPU{first}/GPU{second} pair")
+                # A pair is as good as its worse direction; nvidia-smi lists both.
+                there, back = statuses[(first, second)], statuses[(second, first)]
                 link[f"p2p_{kind}"] = there if there != "OK" else back
             links.append(link)
     affinity = [dict({"gpu": _gpu_number(row)}, **{name.lower().replace(" ", "_"): value

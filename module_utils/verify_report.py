@@ -62,8 +62,6 @@ DOCTOR = (
     Diagnosis("drift", "lock", "the host no longer matches the lock (changed by hand or by another run)",
               "make it match: playbooks/reproduce.yml -e reproduce_lock=<the lock>"),
 )
-CHECK_ORDER = tuple(d.check for d in sorted(DOCTOR, key=lambda d: STAGES.index(d.stage)))
-_DIAGNOSES = {d.check: d for d in DOCTOR}
 OTHER_STAGE = "other"  # checks the table does not know: after every stage
 
 
@@ -71,9 +69,14 @@ class ReportError(ValueError):
     """Malformed check results (a bug in the playbook that collected them)."""
 
 
-def _check_key(check):
+def check_order():
+    """The known checks in report order: by stage, then in the order of the table."""
+    return tuple(d.check for d in sorted(DOCTOR, key=lambda d: STAGES.index(d.stage)))
+
+
+def _check_key(check, order):
     name = check["check"]
-    return (CHECK_ORDER.index(name), "") if name in CHECK_ORDER else (len(CHECK_ORDER), name)
+    return (order.index(name), "") if name in order else (len(order), name)
 
 
 def _checked(host, check):
@@ -81,7 +84,7 @@ def _checked(host, check):
     if not isinstance(check, dict) or check.get("status") not in STATUSES or not check.get("check"):
         raise ReportError(f"host {host}: malformed check {check!r}; each needs check, status "
                           f"({'/'.join(STATUSES)}) and detail")
-    known = _DIAGNOSES.get(check["check"])
+    known = next((d for d in DOCTOR if d.check == check["check"]), None)
     kept = {"check": check["check"], "status": check["status"], "detail": str(check.get("detail") or ""),
             "stage": known.stage if known else OTHER_STAGE}
     if check["status"] in ("fail", "warn"):
@@ -106,9 +109,10 @@ def fix_first(host, checks):
 
 def summarize(hosts):
     """{"hosts": [{"host", "status", "checks"}...], "status", "counts"} from {host: [check, ...]}."""
-    summary, counts = [], {"hosts": 0, "passed": 0, "failed": 0}
+    summary, counts, order = [], {"hosts": 0, "passed": 0, "failed": 0}, check_order()
     for host in sorted(hosts):
-        checks = sorted((_checked(host, check) for check in hosts[host] or []), key=_check_key)
+        checks = sorted((_checked(host, check) for check in hosts[host] or []),
+                        key=lambda check: _check_key(check, order))
         failed = any(c["status"] == "fail" for c in checks)
         summary.append({"host": host, "status": "fail" if failed else "ok", "checks": checks,
                         "fix_first": fix_first(host, checks)})
