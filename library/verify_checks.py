@@ -10,6 +10,8 @@ description:
     stack_facts, torch_cuda_archs, sgl_kernel_variants, cuda_binary_archs, the service and gateway health
     requests, the lock comparison) and returns one check per concern with status C(ok), C(fail) or
     C(skip) and a detail in words. A task that did not run (C(skipped)) becomes a C(skip) saying why.
+  - A host whose nvidia-smi is installed but sees no usable GPU (driver not loaded, hung, or a
+    Driver/library version mismatch) fails the C(gpu) check; a host without nvidia-smi skips it.
   - The C(topology) check reads gpu_facts' C(topology). On a host with several GPUs and no NVLink, GPU
     pairs that cannot use peer-to-peer over PCIe fail it (or only warn, O(p2p_required=false)), with
     the cause (ACS or the IOMMU redirecting peer traffic) and the fix.

@@ -222,6 +222,13 @@ def host_checks(gpu, stack, *, torch=None, kernel=None, scan=None, service=None,
         add("driver", "fail" if gpu.get("reload_required") else "ok",
             gpu.get("reload_reason") if gpu.get("reload_required")
             else f"{gpu.get('driver_version')} (CUDA {gpu.get('cuda_driver_version')})")
+    elif gpu.get("nvidia_smi"):
+        # nvidia-smi is installed but sees no GPU: a GPU host whose driver is not loaded, hung or mismatched
+        reload = next(d for d in DOCTOR if d.check == "driver") if gpu.get("reload_required") else None
+        add("gpu", "fail", f"{gpu['nvidia_smi']} sees no usable GPU: {gpu.get('reason')}",
+            reload and reload.cause, reload and reload.fix)
+        add("driver", "fail" if reload else "skip",
+            gpu.get("reload_reason") if reload else "no driver to check")
     else:
         add("gpu", "skip", f"no usable GPU ({gpu.get('reason')}); checks use the stack's targets")
         add("driver", "skip", "no driver to check")

@@ -273,3 +273,28 @@ def test_a_healthy_report_starts_with_the_table():
     markdown = render_markdown(report)
     assert "Fix first" not in markdown
     assert "Causes and fixes" not in markdown
+
+
+def test_an_installed_nvidia_smi_that_sees_no_gpu_fails_the_driver_stage():
+    smi = "/usr/bin/nvidia-smi"
+    stuck = {"present": False, "nvidia_smi": smi,
+             "reason": "the NVIDIA driver is not loaded: NVIDIA-SMI has failed"}
+    found = {c["check"]: c for c in host_checks(stuck, STACK)}
+    assert found["gpu"] == {"check": "gpu", "status": "fail", "detail": (
+        f"{smi} sees no usable GPU: the NVIDIA driver is not loaded: NVIDIA-SMI has failed")}
+    assert found["driver"] == {"check": "driver", "status": "skip", "detail": "no driver to check"}
+    assert found["topology"]["status"] == "skip"
+    mismatch = dict(stuck, reason="Driver/library version mismatch", reload_required=True,
+                    reload_reason="reboot or reload the nvidia modules")
+    found = {c["check"]: c for c in host_checks(mismatch, STACK)}
+    driver = next(d for d in DOCTOR if d.check == "driver")
+    assert found["gpu"] == {"check": "gpu", "status": "fail", "cause": driver.cause, "fix": driver.fix,
+                            "detail": f"{smi} sees no usable GPU: Driver/library version mismatch"}
+    assert found["driver"] == {"check": "driver", "status": "fail",
+                               "detail": "reboot or reload the nvidia modules"}
+    host = summarize({"h": host_checks(mismatch, STACK)})["hosts"][0]
+    assert host["fix_first"] == (
+        f"h: fix the driver stage first. gpu: {smi} sees no usable GPU: Driver/library version mismatch. "
+        "Likely cause: the driver was upgraded without a reboot: the loaded kernel module is older than the "
+        "user-space driver. Fix: reboot the host, or run playbooks/nvidia_driver.yml with "
+        "-e nvidia_driver_reboot_ok=true.")
