@@ -149,12 +149,12 @@ def topology_from(matrix, p2p=None):
     (``{"read": matrix, "write": matrix}``)."""
     cells = _gpu_cells(matrix)
     count = len([c for c in matrix["columns"] if c.startswith("GPU")])
+    p2p_cells = {kind: _gpu_cells(answer) for kind, answer in sorted((p2p or {}).items())}
     links = []
     for (first, second), code in sorted(cells.items()):
         if first < second:
             link = {"gpus": [first, second], "link": code, "path": link_meaning(code, matrix["legend"])}
-            for kind, answer in sorted((p2p or {}).items()):
-                statuses = _gpu_cells(answer)
+            for kind, statuses in p2p_cells.items():
                 if (first, second) not in statuses:  # then (second, first) is not either
                     raise TopologyError(f"the p2p {kind} matrix has no GPU{first}/GPU{second} pair")
                 # A pair is as good as its worse direction; nvidia-smi lists both.
