@@ -13,6 +13,7 @@ empty cell before "GPU NUMA ID"; each ends with the legend that names its codes.
 Stdlib only, Python 3.8+ (runs on managed hosts).
 """
 
+import itertools
 import re
 
 from ansible.module_utils.nvidia_smi import _run
@@ -125,8 +126,8 @@ def link_meaning(code, legend=None):
 
 
 def groups(links, kinds):
-    """Sets of GPUs joined by links of ``kinds``, each sorted, ordered by their first GPU; single GPUs
-    are left out (they share nothing)."""
+    """Sets of GPUs joined by links of ``kinds``, each sorted, ordered by their first GPU; a GPU without
+    such a link is in none (it shares nothing)."""
     parent = {}
 
     def root(gpu):
@@ -141,26 +142,26 @@ def groups(links, kinds):
     members = {}
     for gpu in list(parent):
         members.setdefault(root(gpu), []).append(gpu)
-    return sorted((sorted(group) for group in members.values() if len(group) > 1), key=lambda g: g[0])
+    return sorted(sorted(group) for group in members.values())  # disjoint: ordered by the first GPU
 
 
 def topology_from(matrix, p2p=None):
     """Topology facts from a parsed ``topo -m`` matrix and, when read, the parsed p2p matrices
     (``{"read": matrix, "write": matrix}``)."""
     cells = _gpu_cells(matrix)
-    count = len([c for c in matrix["columns"] if c.startswith("GPU")])
+    numbers = sorted(_gpu_number(c) for c in matrix["columns"] if c.startswith("GPU"))
     p2p_cells = {kind: _gpu_cells(answer) for kind, answer in sorted((p2p or {}).items())}
     links = []
-    for (first, second), code in sorted(cells.items()):
-        if first < second:
-            link = {"gpus": [first, second], "link": code, "path": link_meaning(code, matrix["legend"])}
-            for kind, statuses in p2p_cells.items():
-                if (first, second) not in statuses:  # then (second, first) is not either
-                    raise TopologyError(f"the p2p {kind} matrix has no GPU{first}/GPU{second} pair")
-                # A pair is as good as its worse direction; nvidia-smi lists both.
-                there, back = statuses[(first, second)], statuses[(second, first)]
-                link[f"p2p_{kind}"] = there if there != "OK" else back
-            links.append(link)
+    for first, second in itertools.combinations(numbers, 2):
+        code = cells[(first, second)]
+        link = {"gpus": [first, second], "link": code, "path": link_meaning(code, matrix["legend"])}
+        for kind, statuses in p2p_cells.items():
+            if (first, second) not in statuses:  # then (second, first) is not either
+                raise TopologyError(f"the p2p {kind} matrix has no GPU{first}/GPU{second} pair")
+            # A pair is as good as its worse direction; nvidia-smi lists both.
+            there, back = statuses[(first, second)], statuses[(second, first)]
+            link[f"p2p_{kind}"] = there if there != "OK" else back
+        links.append(link)
     affinity = [dict({"gpu": _gpu_number(row)}, **{name.lower().replace(" ", "_"): value
                                                   for name, value in matrix["extra"][row].items()})
                 for row in matrix["rows"] if row.startswith("GPU")]
@@ -168,7 +169,7 @@ def topology_from(matrix, p2p=None):
                    **{kind: link[f"p2p_{kind}"] for kind in sorted(p2p or {})})
               for link in links if any(link[f"p2p_{kind}"] != "OK" for kind in (p2p or {}))]
     return {
-        "present": True, "reason": None, "gpu_count": count,
+        "present": True, "reason": None, "gpu_count": len(numbers),
         "nvlink": any(_NVLINK_RE.match(link["link"]) for link in links),
         "links": links,
         "pcie_switch_groups": groups(links, SWITCH_LINKS),

@@ -89,6 +89,12 @@ def test_a_header_of_devices_only_and_rows_ended_by_the_legend():
                       "extra": {"GPU0": {}, "GPU1": {}}, "legend": {"OK": "fine"}, "nics": {}}
 
 
+def test_the_header_is_the_first_line_with_a_device_cell_between_tabs():
+    matrix = parse_matrix("a note about GPU0 and NIC1\n\tGPU0\tNote\nGPU0\tX\tsee the manual\n")
+    assert matrix["columns"] == ["GPU0"]
+    assert matrix["extra"] == {"GPU0": {"Note": "see the manual"}}  # a cell may hold spaces
+
+
 def test_rows_end_at_the_first_blank_line():
     matrix = parse_matrix("\tGPU0\nGPU0\tX\n\nGPU1\tX\n")
     assert matrix["rows"] == {"GPU0": ["X"]}
@@ -235,6 +241,14 @@ def test_an_nvlink_host():
     assert facts["pcie_switch_groups"] == facts["host_bridge_groups"] == []
 
 
+def test_a_link_code_of_the_legend_is_explained_in_its_words():
+    facts = topology_from(parse_matrix("\tGPU0\tGPU1\nGPU0\tX\tC2C\nGPU1\tC2C\tX\n\nLegend:\n\n"
+                                       "  C2C  = Connection over a chip-to-chip link\n"))
+    assert facts["links"] == [{"gpus": [0, 1], "link": "C2C", "path": "Connection over a chip-to-chip link"}]
+    assert facts["nvlink"] is False
+    assert facts["pcie_switch_groups"] == []
+
+
 def test_the_captured_single_gpu():
     facts = topology_from(parse_matrix(text(H200.name, "topo-m")))
     assert facts == {"present": True, "reason": None, "gpu_count": 1, "nvlink": False, "links": [],
@@ -305,6 +319,14 @@ def calls_of(recording, *calls):
 def test_a_pcie_host_reads_p2p_both_ways(host):
     facts = host(calls_of("rtx-pro-6000-x8-acs", "topo-m", "topo-p2p-r", "topo-p2p-w"))
     assert facts == topology_from(*matrices("rtx-pro-6000-x8-acs"))
+
+
+def test_two_pcie_gpus_read_p2p(host):
+    pair = "\tGPU0\tGPU1\nGPU0\tX\t{0}\nGPU1\t{0}\tX\n"
+    facts = host({"topo-m": pair.format("PHB"), "topo-p2p-r": pair.format("OK"),
+                  "topo-p2p-w": pair.format("OK")})
+    assert (facts["gpu_count"], facts["p2p_checked"], facts["p2p_ok"]) == (2, True, True)
+    assert facts["host_bridge_groups"] == [[0, 1]]
 
 
 @pytest.mark.parametrize(("recording", "nvlink"), [(H200.name, False), ("h200-x8", True)])
@@ -484,7 +506,7 @@ def test_the_broken_pairs_are_named_four_at_most():
 
 
 def test_gpus_that_cannot_do_p2p_at_all_get_their_own_cause_and_fix():
-    gns = broken({"gpus": [0, 1], "link": "PIX", "read": "GNS", "write": "GNS"},
+    gns = broken({"gpus": [0, 1], "link": "PIX", "read": "GNS", "write": "OK"},
                  {"gpus": [0, 2], "link": "PIX", "read": "OK", "write": "GNS"})
     status, _, cause, fix = check_of(gns)
     assert status == "fail"
