@@ -76,7 +76,7 @@ def check_order():
 
 def _check_key(check, order):
     name = check["check"]
-    return (order.index(name), "") if name in order else (len(order), name)
+    return (order.index(name),) if name in order else (len(order), name)
 
 
 def _checked(host, check):

@@ -298,3 +298,47 @@ def test_an_installed_nvidia_smi_that_sees_no_gpu_fails_the_driver_stage():
         "Likely cause: the driver was upgraded without a reboot: the loaded kernel module is older than the "
         "user-space driver. Fix: reboot the host, or run playbooks/nvidia_driver.yml with "
         "-e nvidia_driver_reboot_ok=true.")
+
+
+def test_the_causes_host_checks_know_better_than_the_table():
+    def torch_check(stack=STACK, torch=GOOD["torch"]):
+        return next(c for c in host_checks(GPU, stack, torch=torch) if c["check"] == "torch")
+
+    no_stack = {"facts": {"stack": {"root": "/r", "name": None}, "cuda": {}}}
+    assert torch_check(stack=no_stack) == {
+        "check": "torch", "status": "fail", "detail": "no stack in use: /r/current does not exist",
+        "cause": "playbooks/site.yml never activated a stack on this host, or its current link was removed"}
+    assert torch_check(torch={"failed": True, "msg": "import torch failed"}) == {
+        "check": "torch", "status": "fail", "detail": "import torch failed",
+        "cause": "torch cannot be imported from the stack (a broken or partial install)"}
+    assert torch_check(torch={**GOOD["torch"], "build": "cpu"}) == {
+        "check": "torch", "status": "fail", "detail": "torch 2.14.1 (cpu) in stable-abc: covers 12.0",
+        "cause": ("the stack's torch is a cpu build, not a CUDA one (the wrong index or CUDA tag in the "
+                  "profile)")}
+    assert torch_check() == {"check": "torch", "status": "ok",
+                             "detail": "torch 2.14.1 (cuda) in stable-abc: covers 12.0"}
+
+
+def test_host_checks_passes_p2p_required_on():
+    gpu = dict(GPU, topology=topology_from(*matrices("rtx-pro-6000-x8-acs")))
+    statuses = [next(c["status"] for c in host_checks(gpu, STACK, **kwargs) if c["check"] == "topology")
+                for kwargs in ({}, {"p2p_required": True}, {"p2p_required": False})]
+    assert statuses == ["fail", "fail", "warn"]
+
+
+def test_a_detail_keeps_its_last_letters():
+    report = summarize({"h": [{"check": "drift", "status": "fail", "detail": "ends in X.", "cause": "c X",
+                               "fix": "f X."}]})
+    assert report["hosts"][0]["fix_first"] == ("h: fix the lock stage first. drift: ends in X. Likely cause: "
+                                               "c X. Fix: f X.")
+
+
+def test_the_host_section_of_the_markdown():
+    report = summarize({"h": [{"check": "cuda", "status": "fail", "detail": "no nvcc", "fix": "install it"}]})
+    lines = render_markdown(report).splitlines()
+    start = lines.index("## h: FAIL")
+    assert lines[start:start + 8] == [
+        "## h: FAIL", "",
+        "**Fix first:** h: fix the toolkit stage first. cuda: no nvcc. Likely cause: the CUDA toolkit (nvcc) "
+        "is missing or broken at the configured path. Fix: install it.", "",
+        "| stage | check | status | detail |", "|---|---|---|---|", "| toolkit | cuda | fail | no nvcc |", ""]
