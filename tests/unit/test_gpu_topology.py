@@ -95,6 +95,11 @@ def test_the_header_is_the_first_line_with_a_device_cell_between_tabs():
     assert matrix["extra"] == {"GPU0": {"Note": "see the manual"}}  # a cell may hold spaces
 
 
+def test_the_legend_is_read_after_the_rows_only():
+    matrix = parse_matrix("Warning = a line before the matrix\n\tGPU0\nGPU0\tX\n\nLegend:\n  X    = Self\n")
+    assert matrix["legend"] == {"X": "Self"}
+
+
 def test_rows_end_at_the_first_blank_line():
     matrix = parse_matrix("\tGPU0\nGPU0\tX\n\nGPU1\tX\n")
     assert matrix["rows"] == {"GPU0": ["X"]}
