@@ -31,6 +31,7 @@ from ansible_run import REPO_ROOT, run_playbook
 from cache import pip_download, wheelhouse
 from fleet import Fleet
 from fleet.base import ensure_base
+from light_stack import LIGHT_PLAY, LIGHT_WHEELS, UV
 
 INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
 # each host's systemd holds a few inotify instances (its .path units fail at boot without them): 24 hosts
@@ -38,45 +39,6 @@ INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
 INOTIFY_NEEDED = 1024
 VERIFY = REPO_ROOT / "playbooks" / "verify.yml"
 SNAPSHOT = REPO_ROOT / "playbooks" / "snapshot.yml"
-LIGHT_WHEELS = ["filelock==4.3.1", "tqdm==4.70.1", "packaging==26.4"]
-UV = "uv==0.13.8"
-LIGHT_STACK = "light-0123456789ab"
-
-# A real but light stack on every host, made the stack role's way (the pinned uv in stack_tools_dir, a uv
-# venv, stack.json, .sealed, current) with three small wheels from the served wheelhouse instead of torch.
-LIGHT_PLAY = [{
-    "name": "A light stack on every host",
-    "hosts": "all",
-    "gather_facts": False,
-    "vars": {"stack_dir": f"/opt/sglang/stacks/{LIGHT_STACK}", "uv": "/opt/sglang/tools/uv-0.13.8/bin/uv",
-             "uv_env": {"UV_CACHE_DIR": "/var/cache/sglang/uv", "UV_PYTHON_DOWNLOADS": "never",
-                        "UV_NO_CONFIG": "1"}},
-    "tasks": [
-        {"name": "Install uv",
-         "ansible.builtin.pip": {"name": "uv==0.13.8", "virtualenv": "/opt/sglang/tools/uv-0.13.8",
-                                 "virtualenv_command": "python3 -m venv",
-                                 "extra_args": "{{ fleet_wheelhouse_pip_args }}"}},
-        {"name": "Create the stack's venv",
-         "ansible.builtin.command": {"argv": ["{{ uv }}", "venv", "--python", "python3.11",
-                                              "{{ stack_dir }}"], "creates": "{{ stack_dir }}/bin/python"},
-         "environment": "{{ uv_env }}"},
-        {"name": "Install three small distributions",
-         "ansible.builtin.command": {"argv": ["{{ uv }}", "pip", "install", "--python",
-                                              "{{ stack_dir }}/bin/python", "--no-index", "--find-links",
-                                              "{{ fleet_wheelhouse_url }}", *LIGHT_WHEELS]},
-         "environment": "{{ uv_env }}", "changed_when": True},
-        {"name": "Write the stack manifest",
-         "ansible.builtin.copy": {
-             "dest": "{{ stack_dir }}/stack.json", "mode": "0644",
-             "content": json.dumps({"stack_name": LIGHT_STACK, "profile_name": "light",
-                                    "fingerprint": "0123456789ab" + "0" * 52, "targets": ["12.0"],
-                                    "fingerprint_inputs": {}}) + "\n"}},
-        {"name": "Seal it", "ansible.builtin.copy": {"dest": "{{ stack_dir }}/.sealed", "mode": "0444",
-                                                     "content": "0123456789ab\n"}},
-        {"name": "Point current at it",
-         "ansible.builtin.file": {"src": LIGHT_STACK, "dest": "/opt/sglang/stacks/current", "state": "link"}},
-    ],
-}]
 
 
 def play(fleet, playbook, *, forks=None, limit=None, **extravars):

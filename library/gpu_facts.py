@@ -13,6 +13,11 @@ description:
   - Compares the loaded kernel module with the user-space driver; a difference (the state after a driver
     upgrade without reboot, where nvidia-smi reports "Driver/library version mismatch") sets
     C(reload_required).
+  - Reads how the GPUs reach each other (C(nvidia-smi topo -m)), the link of every GPU pair (NVLink
+    C(NV#), or the PCIe path C(PIX), C(PXB), C(PHB), C(NODE), C(SYS)), which GPUs share a PCIe switch or a
+    host bridge, and their CPU and NUMA affinity. On hosts with several GPUs and no NVLink it also reads
+    the driver's peer-to-peer read and write status of every pair (C(nvidia-smi topo -p2p r) and C(w));
+    tensor parallel over PCIe needs it, and ACS or the IOMMU redirecting peer traffic breaks it.
   - Never changes anything.
 version_added: "1.0.0"
 author: sglang-fleet maintainers (@sglang-fleet)
@@ -33,6 +38,12 @@ options:
     type: list
     elements: path
     default: [/sys/module/nvidia/version, /proc/driver/nvidia/version]
+  topology:
+    description:
+      - Read the GPU interconnect and peer-to-peer status (C(topology) in the result); each call is
+        bounded by O(timeout). V(false) skips the calls and returns C(topology.present=false).
+    type: bool
+    default: true
 attributes:
   check_mode:
     description: Can run in check mode; it changes nothing in either mode, so the answer is the same.
@@ -57,6 +68,11 @@ EXAMPLES = r"""
   ansible.builtin.assert:
     that: not gpu.reload_required
     fail_msg: "{{ gpu.reload_reason }}"
+
+- name: Stop when GPUs of this host cannot reach each other peer-to-peer
+  ansible.builtin.assert:
+    that: gpu.topology.p2p_ok is not false
+    fail_msg: "GPU pairs without P2P: {{ gpu.topology.p2p_broken }}"
 
 - name: Check torch against every capability on this host
   torch_cuda_archs:
@@ -149,9 +165,70 @@ reload_reason:
   description: Why a reload is required, else null.
   returned: always
   type: str
+topology:
+  description: How the GPUs reach each other, from C(nvidia-smi topo -m) and C(topo -p2p r|w).
+  returned: always
+  type: dict
+  contains:
+    present:
+      description: Whether the matrix was read (false without GPUs, with O(topology=false), or when the
+        call failed; C(reason) says which).
+      type: bool
+    reason:
+      description: Why C(present) is false, else null.
+      type: str
+    gpu_count:
+      description: GPUs in the matrix.
+      type: int
+    nvlink:
+      description: Whether any GPU pair is linked by NVLink; null when not read.
+      type: bool
+    links:
+      description: >-
+        One entry per GPU pair (C(gpus) [i, j] with i < j): C(link), nvidia-smi's code (C(NV18), C(PIX),
+        C(PXB), C(PHB), C(NODE), C(SYS)), C(path) in words, and when peer-to-peer was read C(p2p_read)
+        and C(p2p_write) (C(OK), C(CNS) chipset not supported, C(GNS) GPU not supported, C(TNS)
+        topology not supported, C(NS) not supported, C(U) unknown; the worse of the two directions).
+      type: list
+      elements: dict
+      sample:
+        - {gpus: [0, 4], link: SYS, path: "PCIe through the SMP interconnect between NUMA nodes (e.g.
+           QPI/UPI)", p2p_read: NS, p2p_write: NS}
+    pcie_switch_groups:
+      description: GPUs joined by C(PIX)/C(PXB) links (behind one PCIe switch tree), groups of two or
+        more; an NVLink pair's PCIe path is not shown by C(topo -m), so NVLink hosts list none.
+      type: list
+      elements: list
+      sample: [[0, 1, 2, 3], [4, 5, 6, 7]]
+    host_bridge_groups:
+      description: GPUs joined by C(PIX)/C(PXB)/C(PHB) links (behind one PCIe host bridge / root complex).
+      type: list
+      elements: list
+    affinity:
+      description: Per GPU, the matrix's affinity columns (C(cpu_affinity), C(numa_affinity), C(gpu_numa_id)).
+      type: list
+      elements: dict
+      sample: [{gpu: 0, cpu_affinity: "0-15", numa_affinity: "0", gpu_numa_id: N/A}]
+    nics:
+      description: The NICs of the matrix's NIC legend (C(NIC0) to C(mlx5_0)).
+      type: dict
+    p2p_checked:
+      description: Whether peer-to-peer was read (several GPUs, no NVLink, both calls answered).
+      type: bool
+    p2p_reason:
+      description: Why peer-to-peer could not be read on a host that needs it, else null.
+      type: str
+    p2p_ok:
+      description: Whether every pair can read and write peer-to-peer; null when not checked.
+      type: bool
+    p2p_broken:
+      description: The pairs that cannot (C(gpus), C(link), C(read), C(write)).
+      type: list
+      elements: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpu_topology import absent, topology_facts
 from ansible.module_utils.nvidia_smi import KERNEL_MODULE_VERSION_FILES, NvidiaSmiError, gpu_facts
 
 
@@ -162,6 +239,7 @@ def main():
             "timeout": {"type": "int", "default": 30},
             "kernel_module_version_files": {"type": "list", "elements": "path",
                                             "default": list(KERNEL_MODULE_VERSION_FILES)},
+            "topology": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
     )
@@ -170,6 +248,12 @@ def main():
         module.fail_json(msg=f"timeout must be a positive number of seconds, got {params['timeout']}")
     try:
         facts = gpu_facts(params["nvidia_smi"], params["timeout"], params["kernel_module_version_files"])
+        if not facts["present"]:
+            facts["topology"] = absent(f"no GPU: {facts['reason']}")
+        elif not params["topology"]:
+            facts["topology"] = absent("not read (topology=false)")
+        else:
+            facts["topology"] = topology_facts(facts["nvidia_smi"], params["timeout"])
     except NvidiaSmiError as exc:
         module.fail_json(msg=f"{exc}; please report this output with the driver version")
     except Exception as exc:  # never a traceback: say what failed

@@ -10,6 +10,13 @@ description:
     stack_facts, torch_cuda_archs, sgl_kernel_variants, cuda_binary_archs, the service and gateway health
     requests, the lock comparison) and returns one check per concern with status C(ok), C(fail) or
     C(skip) and a detail in words. A task that did not run (C(skipped)) becomes a C(skip) saying why.
+  - A host whose nvidia-smi is installed but sees no usable GPU (driver not loaded, hung, or a
+    Driver/library version mismatch) fails the C(gpu) check; a host without nvidia-smi skips it.
+  - The C(topology) check reads gpu_facts' C(topology). On a host with several GPUs and no NVLink, GPU
+    pairs that cannot use peer-to-peer over PCIe fail it (or only warn, O(p2p_required=false)), with
+    the cause (ACS or the IOMMU redirecting peer traffic) and the fix.
+  - A check may carry its own C(cause) and C(fix) when it knows the failure better than the doctor's
+    table in module_utils/verify_report.py; verify_report fills in the rest.
   - Pure computation; runs anywhere (the playbook delegates it to the controller). Never C(changed).
 version_added: "0.2.0"
 author: sglang-fleet maintainers (@sglang-fleet)
@@ -59,6 +66,12 @@ options:
     type: list
     elements: str
     default: []
+  p2p_required:
+    description:
+      - Whether GPUs that cannot reach each other peer-to-peer fail the host (tensor parallel over them
+        hangs or crawls); V(false) only warns, for hosts that serve one model per GPU.
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: full
@@ -87,8 +100,8 @@ checks:
   contains:
     check:
       description: >-
-        C(gpu), C(driver), C(cuda), C(torch), C(kernel), C(environment), C(service), C(speculative),
-        C(gateway), C(drift).
+        C(gpu), C(driver), C(topology), C(cuda), C(torch), C(kernel), C(environment), C(service),
+        C(speculative), C(gateway), C(drift).
       type: str
     status:
       description: C(ok), C(warn) (reported, not failing), C(fail) or C(skip).
@@ -101,6 +114,14 @@ checks:
       type: list
       elements: dict
       returned: for the speculative check
+    cause:
+      description: The likely cause, when this check knows it better than the doctor's table.
+      type: str
+      returned: on some failures
+    fix:
+      description: The fix, when this check knows it better than the doctor's table.
+      type: str
+      returned: on some failures
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -117,13 +138,15 @@ def main():
             **{name: {"type": "dict", "default": {}} for name in RESULTS},
             "scan_ignore": {"type": "list", "elements": "str", "default": []},
             "speculative": {"type": "list", "elements": "dict", "default": []},
+            "p2p_required": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
     )
     params = module.params
     try:
         checks = host_checks(params["gpu"], params["stack"], scan_ignore=params["scan_ignore"],
-                             speculative=params["speculative"], **{name: params[name] for name in RESULTS})
+                             p2p_required=params["p2p_required"], speculative=params["speculative"],
+                             **{name: params[name] for name in RESULTS})
     except Exception as exc:  # never a traceback: say what failed
         module.fail_json(msg=f"verify_checks failed unexpectedly: {type(exc).__name__}: {exc}")
     module.exit_json(changed=False, checks=checks)

@@ -8,6 +8,16 @@ short_description: Summarise per-host verify checks and write them as Markdown a
 description:
   - Takes each host's checks (C(check), C(status) C(ok)/C(fail)/C(skip), C(detail)) and returns the
     fleet summary and a terminal table.
+  - "The doctor: every check belongs to a stage of the serving chain, in the order it is built: driver,
+    toolkit, torch, kernel, weights, service, speculative acceptance, gateway (then lock, for drift).
+    A host's checks are ordered by stage; each failure and warning gets its likely cause and the fix;
+    the host's first failing check is its C(fix_first) line. The terminal table's first lines, and the
+    Markdown's first lines under the title, are the fix-first line of each failing host."
+  - "Adding a check (for example C(weights)) is one line in the C(DOCTOR) table of
+    module_utils/verify_report.py: C(Diagnosis(\"weights\", \"weights\", \"<likely cause>\", \"<fix>\")),
+    plus the code in C(host_checks) (or any task) that reports the check. A check may carry its own
+    C(cause) and C(fix) when it knows the failure better than the table; a check the table does not
+    know is placed after every stage, in stage C(other)."
   - With O(dest), writes C(verify-<stamp>.md) and C(verify-<stamp>.json) there, and the same content as
     C(verify.md) and C(verify.json) (the newest report). Reports C(changed) when it wrote files.
   - Runs on the controller (delegate it to localhost); it never touches a managed host.
@@ -52,9 +62,24 @@ EXAMPLES = r"""
 
 RETURN = r"""
 report:
-  description: The summary (C(hosts) with their sorted checks, C(status), C(counts)).
+  description: >-
+    The summary: C(hosts), each with C(host), C(status), C(fix_first) (the line that says what to fix
+    first, or null) and its C(checks) in chain order (C(check), C(stage), C(status), C(detail), and for
+    a failure or warning C(cause) and C(fix)); C(status); C(counts); C(fix_first) (the failing hosts'
+    lines).
   returned: always
   type: dict
+  sample:
+    status: fail
+    counts: {hosts: 1, passed: 0, failed: 1}
+    fix_first: ["gpu-1: fix the driver stage first. topology: 12 of 28 GPU pairs cannot use peer-to-peer
+      over PCIe: ... Likely cause: PCIe ACS ... Fix: disable ACS ..."]
+    hosts:
+      - host: gpu-1
+        status: fail
+        fix_first: "gpu-1: fix the driver stage first. ..."
+        checks:
+          - {check: topology, stage: driver, status: fail, detail: "...", cause: "...", fix: "..."}
 table:
   description: The summary as a fixed-width text table.
   returned: always

@@ -110,3 +110,85 @@ def test_captured_hosts_agree_with_torch(recording):
     # torch orders devices fastest-first by default, nvidia-smi by PCI bus: compare as multisets.
     ours = sorted((g["name"], g["capability"]) for g in result["gpus"])
     assert ours == sorted((d["name"], d["capability"]) for d in torch_devices)
+
+
+# The GPU interconnect (module_utils/gpu_topology.py), through the stand-in and the real modules.
+
+def test_eight_pcie_gpus_with_p2p_broken_by_acs():
+    result = replay("rtx-pro-6000-x8-acs")
+    assert result["event"] == "runner_on_ok", result.get("msg")
+    topology = result["topology"]
+    assert (topology["present"], topology["gpu_count"], topology["nvlink"]) == (True, 8, False)
+    assert topology["pcie_switch_groups"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert (topology["p2p_checked"], topology["p2p_ok"], len(topology["p2p_broken"])) == (True, False, 22)
+    assert topology["p2p_broken"][0] == {"gpus": [0, 4], "link": "SYS", "read": "NS", "write": "NS"}
+    assert {tuple(p["gpus"]) for p in topology["p2p_broken"] if p["read"] == "CNS"} == {
+        (4, 5), (4, 6), (4, 7), (5, 6), (5, 7), (6, 7)}
+    assert_documented("gpu_facts", result)
+
+
+def test_eight_pcie_gpus_with_working_p2p():
+    topology = replay("rtx-pro-6000-x8")["topology"]
+    assert (topology["p2p_checked"], topology["p2p_ok"], topology["p2p_broken"]) == (True, True, [])
+
+
+def test_the_captured_h200_topology():
+    result = replay("h200-topo-2026-12-01")
+    assert result["present"] is True
+    assert result["gpus"][0]["name"] == "NVIDIA H200"
+    assert result["topology"] == {
+        "present": True, "reason": None, "gpu_count": 1, "nvlink": False, "links": [],
+        "pcie_switch_groups": [], "host_bridge_groups": [],
+        "affinity": [{"gpu": 0, "cpu_affinity": "0-15", "numa_affinity": "0", "gpu_numa_id": "N/A"}],
+        "nics": {}, "p2p_checked": False, "p2p_reason": None, "p2p_ok": None, "p2p_broken": []}
+    assert_documented("gpu_facts", result)
+
+
+def test_an_nvlink_host_is_not_asked_for_p2p():
+    topology = replay("h200-x8")["topology"]
+    assert (topology["nvlink"], topology["p2p_checked"], topology["p2p_reason"]) == (True, False, None)
+    assert topology["nics"] == {"NIC0": "mlx5_0", "NIC1": "mlx5_1"}
+
+
+def test_topology_absent_without_a_gpu_or_when_not_asked():
+    require(not shutil.which("nvidia-smi"), "this machine has nvidia-smi (the test is of a GPU-less host)")
+    gone = run_module("gpu_facts", {})
+    assert gone["event"] == "runner_on_ok"
+    assert gone["topology"]["present"] is False
+    assert gone["topology"]["reason"] == "no GPU: nvidia-smi not found on PATH (no NVIDIA driver installed)"
+    off = replay("rtx-pro-6000-x8-acs", topology=False)
+    assert off["present"] is True
+    assert (off["topology"]["present"], off["topology"]["reason"]) == (False, "not read (topology=false)")
+
+
+def test_a_recording_without_topology_says_why():
+    result = replay("rtx-pro-6000-x2")
+    assert result["present"] is True
+    assert result["topology"]["present"] is False
+    assert result["topology"]["reason"] == (
+        "nvidia-smi topo -m failed (exit status 98): stand-in nvidia-smi: "
+        f"{RECORDINGS / 'rtx-pro-6000-x2'} has no topo-m.txt")
+
+
+def test_verify_reports_broken_p2p_first_with_the_fix():
+    gpu = replay("rtx-pro-6000-x8-acs")
+    stack = {"facts": {"stack": {"root": "/opt/sglang/stacks", "name": "stable-abc", "path": "/x"},
+                       "cuda": {"toolkit_version": "13.0", "nvcc_version": "13.0.88", "nvcc": "/c/bin/nvcc"}}}
+    checked = run_module("verify_checks", {
+        "gpu": gpu, "stack": stack,
+        "service": {"status": -1, "url": "http://127.0.0.1:30000/health", "msg": "timed out"}})
+    assert checked["event"] == "runner_on_ok", checked.get("msg")
+    assert_documented("verify_checks", checked)
+    [topology] = [c for c in checked["checks"] if c["check"] == "topology"]
+    assert topology["status"] == "fail"
+    assert topology["detail"].startswith("22 of 28 GPU pairs cannot use peer-to-peer over PCIe: GPU0-GPU4 NS")
+    report = run_module("verify_report", {"hosts": {"gpu-1": checked["checks"]}})
+    assert report["event"] == "runner_on_ok", report.get("msg")
+    first = report["table"].splitlines()[0]
+    assert first.startswith("FIX FIRST gpu-1: fix the driver stage first. topology: 22 of 28 GPU pairs")
+    assert "disable ACS on the PCIe switches" in first
+    assert "iommu=pt" in first
+    host = report["report"]["hosts"][0]
+    assert [c["check"] for c in host["checks"] if c["status"] == "fail"] == ["topology", "service"]
+    warned = run_module("verify_checks", {"gpu": gpu, "stack": stack, "p2p_required": False})
+    assert [c["status"] for c in warned["checks"] if c["check"] == "topology"] == ["warn"]

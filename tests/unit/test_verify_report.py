@@ -43,13 +43,14 @@ def test_malformed_checks_are_refused(check):
 def test_renderings():
     report = summarize(HOSTS)
     table = render_table(report, detail_width=20)
-    assert table.splitlines()[0].split() == ["host", "check", "status", "detail"]
-    assert "gpu-2  drift  FAIL    six is 1.16.0, the…" in table
+    assert table.splitlines()[0].startswith("FIX FIRST gpu-2: fix the lock stage first. drift: six is 1.16.0")
+    assert table.splitlines()[2].split() == ["host", "stage", "check", "status", "detail"]
+    assert "gpu-2  lock    drift  FAIL    six is 1.16.0, the…" in table
     assert table.endswith("1 of 2 hosts passed, 1 failed")
     markdown = render_markdown(report, generated="20261201T000000Z")
     assert "## gpu-2: FAIL" in markdown
     assert "Generated 20261201T000000Z." in markdown
-    assert "| gpu | ok | 1 x RTX PRO 6000 / 12.0 |" in markdown  # a pipe cannot break the table
+    assert "| driver | gpu | ok | 1 x RTX PRO 6000 / 12.0 |" in markdown  # a pipe cannot break the table
     assert json.loads(render_json(report, generated="x"))["generated"] == "x"
 
 
@@ -77,7 +78,8 @@ def test_host_checks_all_good():
         service={"status": 200, "url": "http://127.0.0.1:30000/health"},
         drift={"drift": []})
     assert {name: status for name, (status, _) in checks.items()} == {
-        "gpu": "ok", "driver": "ok", "cuda": "ok", "torch": "ok", "kernel": "ok", "environment": "ok",
+        "gpu": "ok", "driver": "ok", "topology": "warn", "cuda": "ok", "torch": "ok", "kernel": "ok",
+        "environment": "ok",
         "service": "ok", "gateway": "skip", "drift": "ok"}
     assert checks["environment"][1] == "all 7 CUDA binaries run here"  # flash_ops is ignored
     assert checks["kernel"][1] == "0.4.10: loader picks sm100 (covers 12.0)"

@@ -3,7 +3,7 @@ acceptance length (sglang_spec_acceptance's results) into the verify report."""
 
 from __future__ import annotations
 
-from ansible.module_utils.verify_report import CHECK_ORDER, host_checks, speculative_check, summarize
+from ansible.module_utils.verify_report import check_order, host_checks, speculative_check, summarize
 
 OK = {"name": "kimi", "status": "ok", "msg": "sglang-kimi: accept length 2.91 ...", "accept_length": 2.91,
       "min_accept_length": 1.8, "draft_model": "org/draft"}
@@ -15,8 +15,9 @@ FIGURES = [{"name": "kimi", "accept_length": 2.91, "min_accept_length": 1.8, "dr
 
 
 def test_the_check_sits_after_the_service():
-    assert CHECK_ORDER.index("speculative") == CHECK_ORDER.index("service") + 1
-    assert CHECK_ORDER[-1] == "drift"
+    order = check_order()
+    assert order.index("speculative") == order.index("service") + 1
+    assert order[-1] == "drift"
 
 
 def test_all_ok_lists_each_models_figure():
@@ -59,5 +60,7 @@ def test_the_report_keeps_the_figures_and_fails_the_host():
     report = summarize({"h": [speculative_check([OK, LOW]), {"check": "gpu", "status": "ok", "detail": "x"}]})
     host = report["hosts"][0]
     assert host["status"] == "fail"
-    assert host["checks"][0] == {"check": "gpu", "status": "ok", "detail": "x"}
+    assert host["checks"][0] == {"check": "gpu", "status": "ok", "detail": "x", "stage": "driver"}
     assert host["checks"][1]["figures"] == FIGURES
+    assert host["checks"][1]["stage"] == "speculative acceptance"
+    assert host["fix_first"].startswith("h: fix the speculative acceptance stage first. speculative: ")

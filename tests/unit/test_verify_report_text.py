@@ -18,12 +18,14 @@ HOSTS = {"b": [{"check": "drift", "status": "fail", "detail": "x | y\nz"}],
                {"check": "gpu", "status": "ok", "detail": None}]}
 
 
-def test_summary_keeps_only_the_three_fields_and_makes_details_text():
-    report = summarize({"a": [{"check": "gpu", "status": "ok", "detail": 3, "extra": 1}], "b": None})
-    assert report == {"hosts": [{"host": "a", "status": "ok",
-                                 "checks": [{"check": "gpu", "status": "ok", "detail": "3"}]},
-                                {"host": "b", "status": "ok", "checks": []}],
-                      "status": "ok", "counts": {"hosts": 2, "passed": 2, "failed": 0}}
+def test_summary_keeps_the_three_fields_adds_the_stage_and_makes_details_text():
+    report = summarize({"a": [{"check": "gpu", "status": "ok", "detail": 3, "extra": 1, "cause": "c",
+                               "fix": "f"}], "b": None})
+    assert report == {"hosts": [{"host": "a", "status": "ok", "fix_first": None,
+                                 "checks": [{"check": "gpu", "status": "ok", "detail": "3",
+                                             "stage": "driver"}]},
+                                {"host": "b", "status": "ok", "checks": [], "fix_first": None}],
+                      "status": "ok", "counts": {"hosts": 2, "passed": 2, "failed": 0}, "fix_first": []}
 
 
 def test_unknown_checks_follow_the_known_ones_sorted():
@@ -42,11 +44,15 @@ def test_malformed_check_message(check):
 
 def test_table():
     assert render_table(summarize(HOSTS), detail_width=12).splitlines() == [
-        "host  check  status  detail",
-        "---------------------------------",
-        "a     gpu    OK      ",
-        "a     torch  WARN    abcdefghij…",
-        "b     drift  FAIL    x | y z",
+        "FIX FIRST b: fix the lock stage first. drift: x | y z. Likely cause: the host no longer matches the "
+        "lock (changed by hand or by another run). Fix: make it match: playbooks/reproduce.yml "
+        "-e reproduce_lock=<the lock>.",
+        "",
+        "host  stage   check  status  detail",
+        "-----------------------------------------",
+        "a     driver  gpu    OK      ",
+        "a     torch   torch  WARN    abcdefghij…",
+        "b     lock    drift  FAIL    x | y z",
         "1 of 2 hosts passed, 1 failed",
     ]
 
@@ -54,15 +60,15 @@ def test_table():
 def test_table_widths_follow_the_longest_cell_and_the_rule_stops_at_40():
     report = summarize({"gpu-node-01": [{"check": "environment", "status": "skip", "detail": "d" * 12}]})
     lines = render_table(report).splitlines()
-    assert lines[0] == "host         check        status  detail"
-    assert lines[1] == "-" * (11 + 11 + 6 + 6 + 40)
-    assert lines[2] == "gpu-node-01  environment  SKIP    " + "d" * 12
+    assert lines[0] == "host         stage   check        status  detail"
+    assert lines[1] == "-" * (11 + 6 + 11 + 6 + 8 + 40)
+    assert lines[2] == "gpu-node-01  kernel  environment  SKIP    " + "d" * 12
     assert lines[3] == "1 of 1 hosts passed"
 
 
 def test_the_detail_column_is_90_wide_by_default():
     report = summarize({"h": [{"check": "gpu", "status": "ok", "detail": "d" * 91}]})
-    assert render_table(report).splitlines()[2] == "h     gpu    OK      " + "d" * 89 + "…"
+    assert render_table(report).splitlines()[2] == "h     driver  gpu    OK      " + "d" * 89 + "…"
 
 
 def test_a_detail_as_long_as_the_column_is_kept_whole():
@@ -76,10 +82,15 @@ def test_markdown():
         "# Fleet verify report", "",
         "**1 of 1 hosts passed.**", "",
         "## a: OK", "",
-        "| check | status | detail |",
-        "|---|---|---|",
-        "| gpu | ok |  |",
-        "| torch | warn | abcdefghij  klm |",
+        "| stage | check | status | detail |",
+        "|---|---|---|---|",
+        "| driver | gpu | ok |  |",
+        "| torch | torch | warn | abcdefghij  klm |",
+        "",
+        "Causes and fixes, in the order the chain breaks:", "",
+        "1. **torch** (torch stage, warn): the stack's torch cannot run on this GPU (no stack in use, a CPU "
+        "build, or no code for the capability). Fix: use a profile whose torch covers the capability "
+        "(profiles/*.yml) and run playbooks/site.yml.",
         "",
     ])
 
@@ -87,17 +98,22 @@ def test_markdown():
 def test_markdown_with_a_title_and_a_time():
     text = render_markdown(summarize({"b": [{"check": "gpu", "status": "fail", "detail": "a|b"}]}),
                            title="Nightly", generated="20261201T000000Z")
-    assert text.splitlines()[:6] == ["# Nightly", "", "Generated 20261201T000000Z.", "",
-                                     "**0 of 1 hosts passed.**", ""]
+    fix = ("b: fix the driver stage first. gpu: a|b. Likely cause: nvidia-smi cannot see the GPUs: the "
+           "driver is not installed or not loaded. Fix: run playbooks/nvidia_driver.yml on the host "
+           "(nvidia_driver_reboot_ok: true lets it reboot).")
+    assert text.splitlines()[:8] == ["# Nightly", "", f"- **Fix first** {fix.replace('|', '/')}", "",
+                                     "Generated 20261201T000000Z.", "", "**0 of 1 hosts passed.**", ""]
     assert "## b: FAIL" in text
-    assert "| gpu | fail | a/b |" in text
+    assert f"**Fix first:** {fix.replace('|', '/')}" in text
+    assert "| driver | gpu | fail | a/b |" in text
 
 
 def test_json_is_indented_and_sorted_and_says_when_only_if_told():
     report = summarize({"a": []})
     assert render_json(report) == ('{\n "counts": {\n  "failed": 0,\n  "hosts": 1,\n  "passed": 1\n },\n'
-                                   ' "hosts": [\n  {\n   "checks": [],\n   "host": "a",\n   "status": "ok"\n'
-                                   '  }\n ],\n "status": "ok"\n}')
+                                   ' "fix_first": [],\n'
+                                   ' "hosts": [\n  {\n   "checks": [],\n   "fix_first": null,\n'
+                                   '   "host": "a",\n   "status": "ok"\n  }\n ],\n "status": "ok"\n}')
     assert render_json(report, generated="t").startswith('{\n "counts": {')
     assert '\n "generated": "t",\n' in render_json(report, generated="t")
     assert "generated" not in report
@@ -211,10 +227,11 @@ def test_drift_sentences():
 
 def test_checks_come_in_the_report_order():
     names = [c["check"] for c in host_checks(GPU, STACK)]
-    assert names == ["gpu", "driver", "cuda", "torch", "kernel", "environment", "service", "gateway", "drift"]
+    assert names == ["gpu", "driver", "topology", "cuda", "torch", "kernel", "environment", "service",
+                     "gateway", "drift"]
 
 
 def test_markdown_keeps_a_multi_line_detail_in_its_row():
     text = render_markdown(summarize({"b": [{"check": "env", "status": "warn",
                                              "detail": "2 binaries:\n  libx.so  sm_80\n  liby.so | sm_86"}]}))
-    assert "| env | warn | 2 binaries: libx.so  sm_80 liby.so / sm_86 |" in text.splitlines()
+    assert "| other | env | warn | 2 binaries: libx.so  sm_80 liby.so / sm_86 |" in text.splitlines()
