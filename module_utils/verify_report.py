@@ -56,9 +56,10 @@ DOCTOR = (
     Diagnosis("service", "service", "the model server is down, still loading, or hung after loading",
               "read journalctl -u 'sglang-*' on the host; a hang after loading on a multi-GPU PCIe host is "
               "usually peer-to-peer (see topology); then run the sglang_service restart (readiness gate)"),
-    Diagnosis("speculative", "speculative acceptance", "the draft model's tokens are mostly rejected: a "
-              "draft trained for another target model or version, other speculative settings (num_steps, topk, "
-              "num_draft_tokens), a quantisation mismatch between draft and target, or another chat template",
+    Diagnosis("speculative", "speculative acceptance", "the draft model's tokens are mostly rejected: "
+              "a draft trained for another target model or version, other speculative settings (num_steps, "
+              "topk, num_draft_tokens), a quantisation mismatch between draft and target, or another chat "
+              "template",
               "use the draft made for this target and version, tune --speculative-num-steps / "
               "--speculative-eagle-topk / --speculative-num-draft-tokens, or serve the model without "
               "speculative decoding; the measured acceptance length per model is in the check's figures"),
