@@ -40,7 +40,8 @@ def git_blob_sha1(data: bytes) -> str:
 class Repo:
     """One repository at one commit: {name: bytes}, read from a directory."""
 
-    def __init__(self, repo_id: str, directory: Path, commit: str, tags=(), private=False):
+    def __init__(self, repo_id: str, directory: Path, commit: str, tags=(), private=False,
+                 reported_sizes: dict[str, int] | None = None):
         self.repo_id, self.directory, self.commit = repo_id, Path(directory), commit
         self.tags, self.private = set(tags), private
         self.files = {}
@@ -48,6 +49,9 @@ class Repo:
             if path.is_file() and not path.name.startswith("."):
                 name = path.relative_to(self.directory).as_posix()
                 self.files[name] = self._meta(path)
+        # what the API reports instead of the real size (a repository larger than the disk)
+        for name, size in (reported_sizes or {}).items():
+            self.files[name]["size"] = size
 
     @staticmethod
     def _meta(path: Path) -> dict:
