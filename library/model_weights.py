@@ -208,8 +208,11 @@ def main():
         module.exit_json(changed=False, **_progress(p["progress_file"], p["wait"]))
     try:
         source = parse_source(p["source"], p["variable"])
-        if p["mode"] == "validate":
-            module.exit_json(changed=False, source=source, msg=f"{p['variable']}: {source['kind']} source")
+    except WeightsError as exc:
+        module.fail_json(msg=str(exc))  # names the variable itself
+    if p["mode"] == "validate":
+        module.exit_json(changed=False, source=source, msg=f"{p['variable']}: {source['kind']} source")
+    try:
         if source["kind"] == "hub":
             source["endpoint"] = source["endpoint"] or p["endpoint"].rstrip("/")
             plan, file_url, headers = hub_client(source, p["token"], p["timeout"])

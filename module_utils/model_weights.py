@@ -44,7 +44,7 @@ def parse_source(weights, prefix):
     unknown = sorted(set(weights) - SOURCE_KEYS)
     if unknown:
         raise WeightsError(f"{prefix}.{unknown[0]}: unknown key (known: {', '.join(sorted(SOURCE_KEYS))})")
-    given = [k for k in ("repo", "url", "path") if weights.get(k)]
+    given = [k for k in ("url", "path") if weights.get(k)] or (["repo"] if weights.get("repo") else [])
     if len(given) != 1:
         raise WeightsError(f"{prefix}: name exactly one source: repo (a Hub repository), url (a mirror "
                            f"serving a staged directory) or path (a directory on the host); "
@@ -409,6 +409,11 @@ class Progress:
         self.clock, self.started, self.last = clock, clock(), 0.0
         self.current = ""
 
+    def forget(self, count):
+        """Bytes counted as present that are not (a file fetched again)."""
+        self.done -= count
+        self.start_done -= count
+
     def add(self, count):
         self.done += count
         if self.clock() - self.last >= 2:
@@ -481,7 +486,7 @@ def _stage_file(directory, entry, url, headers, *, timeout, progress, result):
         if not wrong:
             return
         result["refetched"].append(f"{entry['name']}: {wrong}")
-        progress.add(-entry["size"])
+        progress.forget(entry["size"])
         os.unlink(target)
     progress.current = entry["name"]
     progress.write()

@@ -48,9 +48,9 @@ def hub_client(source, token, timeout):
             raise WeightsError(f"{endpoint} has repository {source['repo']} but no revision "
                                f"{source['revision']!r}: check weights.revision "
                                f"(a commit sha or a tag)") from None
-        except RepositoryNotFoundError as exc:
-            if _status(exc) == 401 and token:
-                raise WeightsError(http_error_message(401, what, endpoint, True)) from None
+        except RepositoryNotFoundError:
+            # the Hub answers 401 RepoNotFound for a missing repository and for one the caller may not
+            # see; a refused token is a plain 401 (below)
             raise WeightsError(f"{endpoint} has no repository {source['repo']} (or it is private and "
                                + ("the token has no access to it)" if token else
                                   "needs a token: set HF_TOKEN in sglang_service_secrets)")) from None
