@@ -22,7 +22,7 @@ import pytest
 from ansible_run import REPO_ROOT, run_playbook
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "stand_ins"))
-from hub_server import HubStandIn, Repo, make_repo  # noqa: E402
+from hub_server import HubStandIn, Repo, make_repo
 
 pytestmark = pytest.mark.integration
 COMMIT = "c0ffee" + "0" * 34
@@ -54,7 +54,8 @@ def play(venv, root, models, **extra):
 
 
 def model(hub, revision="v1", **more):
-    return {"name": "main", "weights": {"repo": "org/model", "revision": revision, "endpoint": hub.url}, **more}
+    weights = {"repo": "org/model", "revision": revision, "endpoint": hub.url}
+    return {"name": "main", "weights": weights, **more}
 
 
 def staged_files(directory: Path) -> dict[str, int]:
@@ -76,16 +77,16 @@ def test_first_download_then_a_run_that_changes_and_asks_nothing(tmp_path, hub, 
     assert first.rc == 0, first.stdout[-3000:]
     done = first.task("localhost", ENDED)
     directory = root / "org/model/v1"
-    assert done["dir"] == str(directory) and done["status"] == "downloaded" and done["changed"] is True
-    assert done["commit"] == COMMIT and done["files"] == 4
+    assert (done["dir"], done["status"], done["changed"]) == (str(directory), "downloaded", True)
+    assert (done["commit"], done["files"]) == (COMMIT, 4)
     assert done["downloaded_bytes"] == done["total_bytes"] == sum(SHARDS.values()) + sum(
         (hub.repos["org/model"].directory / n).stat().st_size for n in ("config.json", "tokenizer.json"))
-    assert staged_files(directory) == {".model_weights.json": (directory / ".model_weights.json").stat().st_size,
-                                       "config.json": done["total_bytes"] - sum(SHARDS.values())
-                                       - (directory / "tokenizer.json").stat().st_size,
-                                       "tokenizer.json": (directory / "tokenizer.json").stat().st_size, **SHARDS}
+    source = hub.repos["org/model"].directory
+    small = {n: (source / n).stat().st_size for n in ("config.json", "tokenizer.json")}
+    assert staged_files(directory) == {
+        ".model_weights.json": (directory / ".model_weights.json").stat().st_size, **small, **SHARDS}
     manifest = json.loads((directory / ".model_weights.json").read_text())
-    assert manifest["verified"] is True and manifest["commit"] == COMMIT
+    assert (manifest["verified"], manifest["commit"]) == (True, COMMIT)
     assert {f["name"]: ("sha256" in f) for f in manifest["files"]}["model-00001-of-00002.safetensors"]
     facts = first.task("localhost", STAGED)["ansible_facts"]["model_weights_staged"]
     assert facts == {"main": {"model_path": str(directory)}}
@@ -99,7 +100,7 @@ def test_first_download_then_a_run_that_changes_and_asks_nothing(tmp_path, hub, 
     second = run_playbook(play(venv, root, [model(hub)]), timeout=600)
     assert second.rc == 0, second.stdout[-3000:]
     again = second.task("localhost", ENDED)
-    assert again["status"] == "staged" and again["changed"] is False and again["downloaded_bytes"] == 0
+    assert (again["status"], again["changed"], again["downloaded_bytes"]) == ("staged", False, 0)
     assert len(hub.requests) == asked, hub.requests[asked:]  # the manifest was read; the source not asked
     assert second.stats["changed"].get("localhost", 0) == 0, second.stats
 
@@ -180,15 +181,16 @@ def test_a_repository_larger_than_the_free_space_is_refused_before_anything_is_w
 
 
 @pytest.mark.parametrize(("weights", "expected"), [
-    ({"repo": "org/model", "revision": "v1"}, "refused the token (401 Unauthorized) for org/model@v1: check the "
-                                              "HF_TOKEN in sglang_service_secrets (not shown)"),
-    ({"repo": "org/model", "revision": "v9"}, "has repository org/model but no revision 'v9': check weights.revision "
-                                              "(a commit sha or a tag)"),
-    ({"repo": "org/other", "revision": "v1"}, "has no repository org/other (or it is private and the token has "
-                                              "no access to it)"),
+    ({"repo": "org/model", "revision": "v1"},
+     "refused the token (401 Unauthorized) for org/model@v1: check the HF_TOKEN in sglang_service_secrets "
+     "(not shown)"),
+    ({"repo": "org/model", "revision": "v9"},
+     "has repository org/model but no revision 'v9': check weights.revision (a commit sha or a tag)"),
+    ({"repo": "org/other", "revision": "v1"},
+     "has no repository org/other (or it is private and the token has no access to it)"),
 ], ids=["refused-token", "unknown-revision", "unknown-repository"])
 def test_the_hub_says_no(tmp_path, hub, venv, weights, expected):
-    token = "hf_wrong_token_0815" if "v1" == weights["revision"] and weights["repo"] == "org/model" else TOKEN
+    token = "hf_wrong_token_0815" if weights["revision"] == "v1" and weights["repo"] == "org/model" else TOKEN
     result = run_playbook(play(venv, tmp_path / "models", [{"name": "main", "weights": {
         **weights, "endpoint": hub.url}}], sglang_service_secrets={"HF_TOKEN": token}), timeout=600)
     message = failure(result)
@@ -212,8 +214,8 @@ def test_bad_input_is_refused_before_anything_changes(tmp_path, venv):
                                    "a pinned revision)")
     assert res["event"] == "runner_on_failed", res
     bad = [r for r in res["results"] if r.get("failed")]
-    assert [r["msg"] for r in bad] == ["sglang_service_models[1].weights.revision: main is a branch and moves; "
-                                       "pin a commit sha or a tag"]
+    assert [r["msg"] for r in bad] == [
+        "sglang_service_models[1].weights.revision: main is a branch and moves; pin a commit sha or a tag"]
     assert not (tmp_path / "models").exists()
 
 
@@ -222,7 +224,8 @@ def test_a_mirror_of_a_staged_directory(tmp_path, hub, venv):
     assert run_playbook(play(venv, first_root, [model(hub)]), timeout=600).rc == 0
     hub.mirror_dir = first_root / "org/model/v1"
     root = tmp_path / "second"
-    mirrored = {"name": "main", "weights": {"url": hub.url + "/mirror", "repo": "org/model", "revision": "v1"}}
+    mirror = hub.url + "/mirror"
+    mirrored = {"name": "main", "weights": {"url": mirror, "repo": "org/model", "revision": "v1"}}
     result = run_playbook(play(venv, root, [mirrored]), timeout=600)
     assert result.rc == 0, result.stdout[-3000:]
     assert result.task("localhost", ENDED)["status"] == "downloaded"
@@ -263,7 +266,9 @@ def test_an_eagle3_draft_is_checked_against_its_target(tmp_path, venv, draft, er
         assert result.task("localhost", "Read whether the staging ended, main (draft)")["draft_checked"]
         return
     message = failure(result, "Read whether the staging ended, main (draft)")
-    assert message.startswith("main.draft_weights: draft org/draft ") and error in message
+    assert message.startswith("main.draft_weights: draft org/draft ")
+    assert error in message
     # refused before the draft's weights: only its small files were fetched
     assert not (root / "org/draft/v1/model.safetensors").exists()
-    assert not [p for m, p, r in server.requests if p.endswith("/org/draft/resolve/" + COMMIT + "/model.safetensors")]
+    shard = f"/org/draft/resolve/{COMMIT}/model.safetensors"
+    assert not [p for m, p, r in server.requests if p == shard]

@@ -40,7 +40,7 @@ def git_blob_sha1(data: bytes) -> str:
 class Repo:
     """One repository at one commit: {name: bytes}, read from a directory."""
 
-    def __init__(self, repo_id: str, directory: Path, commit: str, tags=(), private=False,
+    def __init__(self, repo_id: str, directory: Path, commit: str, *, tags=(), private=False,
                  reported_sizes: dict[str, int] | None = None):
         self.repo_id, self.directory, self.commit = repo_id, Path(directory), commit
         self.tags, self.private = set(tags), private
