@@ -101,8 +101,10 @@ def identity(source):
 
 
 def _safe_name(name):
+    if not isinstance(name, str):
+        return False
     parts = name.split("/")
-    return (isinstance(name, str) and name and not name.startswith("/")
+    return (name and not name.startswith("/")
             and all(p not in ("", ".", "..") for p in parts) and parts[0] != STATE_DIR
             and name != MANIFEST)
 
@@ -247,10 +249,12 @@ def write_json_atomic(path, data):
     os.replace(tmp, path)
 
 
-def progress_line(done, total, elapsed, current=""):
-    """One progress line: done / total, percentage, rate, and the file being fetched."""
+def progress_line(done, total, elapsed, current="", moved=None):
+    """One progress line: done / total, percentage, the rate of this run (``moved`` bytes in ``elapsed``
+    seconds; default ``done``), and the file being fetched."""
     percent = 100.0 * done / total if total else 100.0
-    rate = done / elapsed / (1 << 20) if elapsed > 0 else 0.0
+    moved = done if moved is None else moved
+    rate = moved / elapsed / (1 << 20) if elapsed > 0 else 0.0
     line = f"{done / GIB:.2f} / {total / GIB:.2f} GiB ({percent:.1f}%), {rate:.1f} MiB/s"
     return f"{line}, {current}" if current else line
 
@@ -422,7 +426,7 @@ class Progress:
     def write(self, finished=False, error=""):
         self.last = self.clock()
         elapsed = self.last - self.started
-        line = progress_line(self.done, self.total, elapsed, self.current)
+        line = progress_line(self.done, self.total, elapsed, self.current, self.done - self.start_done)
         write_json_atomic(self.path, {"done": self.done, "total": self.total, "finished": finished,
                                       "error": error, "line": line, "elapsed": round(elapsed, 1)})
 
