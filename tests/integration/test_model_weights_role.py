@@ -272,3 +272,13 @@ def test_an_eagle3_draft_is_checked_against_its_target(tmp_path, venv, draft, er
     assert not (root / "org/draft/v1/model.safetensors").exists()
     shard = f"/org/draft/resolve/{COMMIT}/model.safetensors"
     assert not [p for m, p, r in server.requests if p == shard]
+
+
+def test_a_host_serving_no_weights_gets_nothing(tmp_path, venv):
+    plain = {"name": "m", "model_path": "/models/m"}
+    result = run_playbook(play(venv, tmp_path / "models", [plain]), timeout=600)
+    assert result.rc == 0, result.stdout[-3000:]
+    assert result.stats["changed"].get("localhost", 0) == 0
+    assert not (tmp_path / "models").exists()
+    published = result.task("localhost", "Start with no staged weights")["ansible_facts"]
+    assert published == {"model_weights_staged": {}}
