@@ -190,14 +190,18 @@ def check_space(needed, free, directory, total):
                            f"model_weights_root to a larger disk")
 
 
+def _feed(digest, path):
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(CHUNK), b""):
+            digest.update(block)
+
+
 def hash_file(path, algorithm):
     """sha256 of the file, or the git blob sha1 (``blob <size>\\0`` + content) for non-LFS files."""
     digest = hashlib.new(algorithm)
     if algorithm == "sha1":
         digest.update(b"blob %d\0" % os.stat(path).st_size)
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(CHUNK), b""):
-            digest.update(block)
+    _feed(digest, path)
     return digest.hexdigest()
 
 
@@ -286,6 +290,11 @@ def fetch_file(url, headers, directory, entry, *, timeout=60, on_bytes=None, ope
         os.unlink(part)
         have = 0
     resumed = have
+    # hashed while it arrives (what is already there first): no second pass over the file
+    algorithm = "sha256" if "sha256" in entry else "sha1"
+    digest = hashlib.new(algorithm)
+    if algorithm == "sha1":
+        digest.update(b"blob %d\0" % entry["size"])
     if have < entry["size"]:
         request = urllib.request.Request(url, headers=dict(headers))
         request.add_header("Accept-Encoding", "identity")
@@ -294,12 +303,20 @@ def fetch_file(url, headers, directory, entry, *, timeout=60, on_bytes=None, ope
         with (opener or OPENER).open(request, timeout=timeout) as response:
             if have and response.status != 206:  # the server ignored the range: start over
                 have = resumed = 0
+            if have:
+                _feed(digest, part)
             with open(part, "ab" if have else "wb") as out:
                 for block in iter(lambda: response.read(CHUNK), b""):
                     out.write(block)
+                    digest.update(block)
                     if on_bytes:
                         on_bytes(len(block))
-    wrong = mismatch(part, entry)
+    else:
+        _feed(digest, part)
+    size = _size(part)
+    wrong = (f"size {size}, the source says {entry['size']}" if size != entry["size"]
+             else f"{algorithm} {digest.hexdigest()}, the source says {entry[algorithm]}"
+             if digest.hexdigest() != entry[algorithm] else "")
     if wrong:
         os.unlink(part)
         raise WeightsError(f"{entry['name']} from {url}: {wrong}; the partial file was removed, run again "

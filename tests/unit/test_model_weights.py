@@ -510,3 +510,20 @@ def test_stage_checks_a_draft_before_its_weights(tmp_path, mirror):
                  file_url=lambda commit, name: f"{source['url']}/{name}", headers={}, draft_of=str(target),
                  algorithm="EAGLE3")
     assert not [p for m, p, r in server.requests if p.endswith("model.safetensors")]
+
+
+def test_fetch_checks_a_git_blob_sha1_and_the_size_while_streaming(tmp_path, mirror):
+    _server, source, _entries, src = mirror
+    data = (src / "tokenizer.json").read_bytes()
+    entry = {"name": "tokenizer.json", "size": len(data), "sha1": git_blob_sha1(data)}
+    assert mw.fetch_file(f"{source['url']}/tokenizer.json", {}, str(tmp_path), entry) == 0
+    assert (tmp_path / "tokenizer.json").read_bytes() == data
+    longer = {**entry, "name": "again.json", "size": len(data) + 1}
+    with pytest.raises(mw.WeightsError) as exc:
+        mw.fetch_file(f"{source['url']}/tokenizer.json", {}, str(tmp_path), longer)
+    assert str(exc.value).startswith(f"again.json from {source['url']}/tokenizer.json: size {len(data)}, "
+                                     f"the source says {len(data) + 1}; the partial file was removed")
+    wrong = {**entry, "name": "third.json", "sha1": "0" * 40}
+    with pytest.raises(mw.WeightsError) as exc:
+        mw.fetch_file(f"{source['url']}/tokenizer.json", {}, str(tmp_path), wrong)
+    assert f": sha1 {git_blob_sha1(data)}, the source says {'0' * 40};" in str(exc.value)
