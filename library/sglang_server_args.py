@@ -54,6 +54,13 @@ options:
     description: The Python module ExecStart runs with C(-m).
     type: str
     default: sglang.launch_server
+  staged:
+    description:
+      - Where the model_weights role staged each entry's weights, by entry name, each a mapping with
+        C(model_path) and C(draft_model_path). An entry with C(weights) (or C(draft_weights)) runs
+        from that directory with C(HF_HUB_OFFLINE=1); one not staged here is rejected.
+    type: dict
+    default: {}
 attributes:
   check_mode:
     support: full
@@ -118,13 +125,15 @@ def main():
             "rank0_address": {"type": "str", "default": ""},
             "python": {"type": "str", "default": "/opt/sglang/stacks/current/bin/python"},
             "launch_module": {"type": "str", "default": "sglang.launch_server"},
+            "staged": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
     p = module.params
     try:
         server = render(p["model"], p["capabilities"], p["group_hosts"], hostname=p["hostname"],
-                        rank0_address=p["rank0_address"], prefix=p["variable"])
+                        rank0_address=p["rank0_address"], prefix=p["variable"],
+                        staged=p["staged"])
     except ConfigError as exc:
         module.fail_json(msg=str(exc))
     except Exception as exc:  # never a traceback: say what failed

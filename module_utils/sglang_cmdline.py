@@ -63,6 +63,7 @@ MODEL_KEYS = {
     "name", "model_path", "port", "host", "tp_size", "mem_fraction_static", "attention_backend",
     "moe_runner_backend", "served_model_name", "cuda_graph_max_bs_decode", "cuda_graph", "speculative",
     "pcie_allreduce_workaround", "mla", "extra_args", "env", "nodes_group", "dist_init_port",
+    "weights", "draft_weights",
 }
 # flags the role renders itself: given in extra_args they would contradict the rendered ones
 OWNED_FLAGS = ("--model-path", "--host", "--port", "--tp-size", "--nnodes", "--node-rank",
@@ -191,8 +192,34 @@ def _multinode(model, group_hosts, hostname, rank0_address, prefix):
     return nnodes, group_hosts.index(hostname), f"{host}:{port}"
 
 
+def apply_staged(model, staged, prefix):
+    """The entry with the weights the model_weights role staged: ``--model-path`` (and the draft's) the
+    local directory, the served name kept (the entry's model_path, else the repository), and the Hub
+    offline, so a restart never reaches the network."""
+    if not isinstance(model, dict) or not (model.get("weights") or model.get("draft_weights")):
+        return model
+    here = (staged or {}).get(model.get("name"), {})
+    model = dict(model)
+    for key, path_key in (("weights", "model_path"), ("draft_weights", "draft_model_path")):
+        if not model.get(key):
+            continue
+        if not here.get(path_key):
+            raise ConfigError(f"{_var(prefix, key)}: not staged on this host; run the model_weights role "
+                              f"before sglang_service (playbooks/site.yml does)")
+        if key == "weights":
+            if not model.get("served_model_name"):
+                named = model.get("model_path") or (model["weights"] or {}).get("repo")
+                if named:
+                    model["served_model_name"] = named
+            model["model_path"] = here[path_key]
+        else:
+            model["speculative"] = dict(model.get("speculative") or {}, draft_model_path=here[path_key])
+    model["env"] = dict(model.get("env") or {}, HF_HUB_OFFLINE="1")
+    return model
+
+
 def render(model, capabilities=(), group_hosts=(), *, hostname="", rank0_address="",
-           prefix="sglang_service_models[0]"):
+           prefix="sglang_service_models[0]", staged=None):
     """The server for one entry: {"args", "env", "rank", "nnodes", "serves_http"}.
 
     ``args`` follow ``python -m sglang.launch_server``. ``capabilities`` are the host's target GPU
@@ -201,6 +228,7 @@ def render(model, capabilities=(), group_hosts=(), *, hostname="", rank0_address
     """
     if not isinstance(model, dict):
         raise ConfigError(f"{prefix}: must be a mapping, got {type(model).__name__}")
+    model = apply_staged(model, staged, prefix)
     _check_types(model, prefix)
     if model.get("speculative") is not None:
         _check_speculative(model["speculative"], prefix)
