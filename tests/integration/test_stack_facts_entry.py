@@ -64,7 +64,8 @@ def facts(root: Path, **role_vars) -> dict:
     play = [{"hosts": "localhost", "gather_facts": False,
              # the inventory names the profile by a string, as a user's does: facts must not need it loaded
              "vars": {"stack_profile": "stable", "stack_root": str(root), **role_vars},
-             "tasks": [{"name": "facts", "ansible.builtin.include_role": {"name": "stack", "tasks_from": "facts"}}]}]
+             "tasks": [{"name": "facts",
+                        "ansible.builtin.include_role": {"name": "stack", "tasks_from": "facts"}}]}]
     result = run_playbook(play, envvars={"ANSIBLE_CACHE_PLUGIN": "memory"})
     assert result.rc == 0, result.stdout[-4000:]
     assert not result.stats.get("changed"), result.stats  # read-only
