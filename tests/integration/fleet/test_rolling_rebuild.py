@@ -280,7 +280,7 @@ class RotationWatch(threading.Thread):
 
 
 @pytest.fixture(scope="module")
-def driver_reboots(jobs, first_rollout, tmp_path_factory):
+def driver_reboots(jobs, provisioned, tmp_path_factory):
     """A stand-in driver on every model host: 575 "loaded", 580 installed, the next boot loads 580."""
     models = ",".join(jobs.models)
     repo = driver_apt_repo.build(tmp_path_factory.mktemp("stand-in-apt"))
