@@ -108,6 +108,17 @@ serves_http:
   description: Whether this host serves HTTP (only rank 0 does).
   returned: always
   type: bool
+port:
+  description: The entry's HTTP port (its C(port), else 30000); served by rank 0 only.
+  returned: always
+  type: int
+  sample: 30000
+probe_host:
+  description: Where this host's own probes (readiness gate, drain) reach the server; loopback when it
+    listens on every address (C(0.0.0.0), C(::)).
+  returned: always
+  type: str
+  sample: 127.0.0.1
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -53,6 +53,8 @@ PORTABLE_BACKENDS = {"attention_backend": "flashinfer or triton", "moe_runner_ba
 DEFAULT_PORT = 30000
 # GPUs without NVLink: tensor parallel all-reduce goes over PCIe (RTX PRO 6000, RTX 5090, GB10).
 PCIE_ONLY_CAPABILITIES = ("12.0", "12.1")
+# Listen addresses that mean "every address": the host's own probes use loopback for them.
+WILDCARD_HOSTS = ("0.0.0.0", "::")
 # Upstream's workaround for TP over PCIe with IOMMU/ACS (NCCL hangs on the first all-reduce, custom
 # all-reduce then spins): peer-to-peer off for NCCL, and sglang's custom all-reduce off.
 PCIE_TP_ENV = {"NCCL_P2P_DISABLE": "1"}
@@ -220,7 +222,7 @@ def apply_staged(model, staged, prefix):
 
 def render(model, capabilities=(), group_hosts=(), *, hostname="", rank0_address="",
            prefix="sglang_service_models[0]", staged=None):
-    """The server for one entry: {"args", "env", "rank", "nnodes", "serves_http"}.
+    """The server for one entry: {"args", "env", "rank", "nnodes", "serves_http", "port", "probe_host"}.
 
     ``args`` follow ``python -m sglang.launch_server``. ``capabilities`` are the host's target GPU
     capabilities ("12.0"); ``group_hosts`` the ordered hosts of the entry's ``nodes_group`` and
@@ -235,8 +237,9 @@ def render(model, capabilities=(), group_hosts=(), *, hostname="", rank0_address
     capabilities = list(capabilities or ())
     _check_backends(model, capabilities, prefix)
     tp_size = model.get("tp_size") or 1
-    args = ["--model-path", model["model_path"], "--host", model.get("host") or "127.0.0.1",
-            "--port", str(model.get("port") or DEFAULT_PORT), "--tp-size", str(tp_size)]
+    host, port = model.get("host") or "127.0.0.1", model.get("port") or DEFAULT_PORT
+    args = ["--model-path", model["model_path"], "--host", host, "--port", str(port),
+            "--tp-size", str(tp_size)]
     env = {}
     if model.get("served_model_name"):
         args += ["--served-model-name", model["served_model_name"]]
@@ -274,7 +277,13 @@ def render(model, capabilities=(), group_hosts=(), *, hostname="", rank0_address
         args += PCIE_TP_ARGS
     args += model.get("extra_args", [])
     env.update(model.get("env", {}))
-    return {"args": args, "env": env, "rank": rank, "nnodes": nnodes, "serves_http": rank == 0}
+    return {"args": args, "env": env, "rank": rank, "nnodes": nnodes, "serves_http": rank == 0,
+            "port": port, "probe_host": probe_host(host)}
+
+
+def probe_host(host):
+    """Where this host's own probes reach a server listening on ``host``: loopback for a wildcard."""
+    return "127.0.0.1" if host in WILDCARD_HOSTS else host
 
 
 _SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")

@@ -7,7 +7,7 @@ value, whole rendered command lines, and systemd quoting character by character.
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.sglang_cmdline import MODEL_KEYS, ConfigError, render, systemd_quote
+from ansible.module_utils.sglang_cmdline import MODEL_KEYS, ConfigError, probe_host, render, systemd_quote
 
 P = "sglang_service_models[0]"
 BASE = {"name": "m", "model_path": "/m"}
@@ -26,7 +26,7 @@ def model(**extra):
 def test_minimal_entry_whole_render():
     assert render(model()) == {
         "args": ["--model-path", "/m", "--host", "127.0.0.1", "--port", "30000", "--tp-size", "1"],
-        "env": {}, "rank": 0, "nnodes": 1, "serves_http": True}
+        "env": {}, "rank": 0, "nnodes": 1, "serves_http": True, "port": 30000, "probe_host": "127.0.0.1"}
 
 
 def test_full_entry_whole_render():
@@ -44,7 +44,28 @@ def test_full_entry_whole_render():
         "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/d",
         "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
         "--speculative-num-draft-tokens", "4",
-        "--log-level", "debug"], "env": {"A": "1"}, "rank": 0, "nnodes": 1, "serves_http": True}
+        "--log-level", "debug"], "env": {"A": "1"}, "rank": 0, "nnodes": 1, "serves_http": True,
+        "port": 8000, "probe_host": "127.0.0.1"}
+
+
+@pytest.mark.parametrize(("listen", "probe"), [
+    ("0.0.0.0", "127.0.0.1"), ("::", "127.0.0.1"), ("10.0.0.7", "10.0.0.7"), ("127.0.0.2", "127.0.0.2"),
+    ("fd00::7", "fd00::7"), ("0.0.0.0.", "0.0.0.0."), (":::", ":::")])
+def test_probe_host_is_loopback_for_a_wildcard_only(listen, probe):
+    assert probe_host(listen) == probe
+
+
+def _where(server):
+    return server["port"], server["probe_host"]
+
+
+def test_port_and_probe_host_follow_the_entry():
+    # the drain and the readiness gate read these: the entry's own port and where this host reaches it
+    assert _where(render(model(host="::", port=1))) == (1, "127.0.0.1")
+    assert _where(render(model(host="10.1.2.3", port=65535))) == (65535, "10.1.2.3")
+    assert _where(render(model(host="", port=None))) == (30000, "127.0.0.1")
+    assert render(model(port=8080))["args"][4:6] == ["--port", "8080"]
+    assert isinstance(render(model(port=8080))["port"], int)
 
 
 def test_nextn_without_draft_model_or_tuning():
@@ -283,6 +304,7 @@ def test_multinode_render():
     assert server["args"][8:] == ["--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "[fd00::1]:6000",
                                   "--x"]
     assert (server["rank"], server["nnodes"], server["serves_http"]) == (1, 2, False)
+    assert _where(server) == (30000, "127.0.0.1")  # its rank 0's port, not served on this host
     one = render(dict(G, tp_size=3), (), ["a"], hostname="a", rank0_address="10.0.0.1")
     assert one["args"][-6:] == ["--nnodes", "1", "--node-rank", "0", "--dist-init-addr", "10.0.0.1:50000"]
     assert render(dict(G, nodes_group=""))["nnodes"] == 1

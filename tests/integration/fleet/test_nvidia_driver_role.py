@@ -31,12 +31,17 @@ APT_HOST, REBOOT_HOST = "apt", "reboot"
 PIN = "/etc/apt/preferences.d/nvidia-driver-branch"
 BLACKLIST = "/etc/modprobe.d/nvidia-driver-blacklist-nouveau.conf"
 DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/persistence-mode.conf"
-MODEL_UNIT = """[Unit]
+MODEL_PORT = 30123
+# the model the reboot host serves: sglang_service's drain and readiness gate read its port from here
+MODEL = {"name": "main", "model_path": "/models/stand-in", "port": MODEL_PORT,
+         "extra_args": ["--enable-metrics"]}
+# STAND-IN model service (tests/integration/fleet/nvidia_driver/stand_in_model.py: answers /metrics and
+# /health_generate, no GPU), under the name sglang_service gives a model's unit
+MODEL_UNIT = f"""[Unit]
 Description=STAND-IN model service
 [Service]
-ExecStart=/bin/sleep infinity
-ExecStopPost=/bin/sh -c 'echo "stopped $(awk "{print \\$22}" /proc/1/stat) $(systemctl is-system-running)" \
-  >> /root/rotation.log'
+ExecStart=/usr/bin/python3 /opt/stand-in/stand_in_model.py {MODEL_PORT}
+ExecStopPost=/usr/bin/python3 /opt/stand-in/stand_in_model.py --stopped
 [Install]
 WantedBy=multi-user.target
 """
@@ -58,17 +63,18 @@ def driver_fleet(fleet_base, tmp_path_factory):
         # STAND-IN update-initramfs: records each call
         fleet.ssh(APT_HOST, "printf '#!/bin/sh\\necho \"$@\" >> /root/initramfs.log\\n' "
                             "> /usr/sbin/update-initramfs && chmod 755 /usr/sbin/update-initramfs")
-        fleet.ssh(REBOOT_HOST, f"cat > /etc/systemd/system/stand-in-model.service <<'EOF'\n{MODEL_UNIT}EOF\n"
-                               "systemctl daemon-reload && systemctl enable --now stand-in-model.service")
+        server = (HERE / "stand_in_model.py").read_text()
+        fleet.ssh(REBOOT_HOST, f"cat > /opt/stand-in/stand_in_model.py <<'EOF'\n{server}EOF\n")
+        fleet.ssh(REBOOT_HOST, f"cat > /etc/systemd/system/sglang-main.service <<'EOF'\n{MODEL_UNIT}EOF\n"
+                               "systemctl daemon-reload && systemctl enable --now sglang-main.service")
         yield fleet
     finally:
         fleet.down()
 
 
 def play(fleet, playbook, *, limit, extravars=None, check=False):
-    roles_path = f"{REPO_ROOT / 'roles'}:{HERE / 'roles'}"
     return run_playbook(playbook, fleet.inventory, limit=limit, extravars=extravars, check=check,
-                        envvars={"ANSIBLE_CACHE_PLUGIN": "memory", "ANSIBLE_ROLES_PATH": roles_path})
+                        envvars={"ANSIBLE_CACHE_PLUGIN": "memory"})
 
 
 def converge(fleet, host, check=False, **variables):
@@ -146,16 +152,17 @@ def reboot_runs(driver_fleet):
     refused = converge(driver_fleet, REBOOT_HOST)
     after_refused = sh(driver_fleet, REBOOT_HOST, BOOT_MARK)
     checked = converge(driver_fleet, REBOOT_HOST, check=True, nvidia_driver_reboot_ok=True)
-    drain = {"nvidia_driver_reboot_ok": True, "nvidia_driver_drain_role": "rotation_probe",
-             "nvidia_driver_drain_roles_dir": str(HERE / "roles"),
-             "nvidia_driver_stop_services": ["stand-in-model"]}
+    # the host serves a model (sglang_service_models) and the inventory has no gateway host
+    drain = {"nvidia_driver_reboot_ok": True, "nvidia_driver_stop_services": ["sglang-main"],
+             "sglang_service_models": [MODEL], "sglang_service_gate_step": 2, "sglang_service_gate_bound": 60}
     rebooted = converge(driver_fleet, REBOOT_HOST, **drain)
     after_reboot = sh(driver_fleet, REBOOT_HOST, BOOT_MARK)
+    log = sh(driver_fleet, REBOOT_HOST, "cat /root/rotation.log").splitlines()
     again = converge(driver_fleet, REBOOT_HOST, **drain)
     return {"boot": boot, "refused": refused, "after_refused": after_refused, "checked": checked,
             "rebooted": rebooted, "after_reboot": after_reboot, "again": again,
-            "after_again": sh(driver_fleet, REBOOT_HOST, BOOT_MARK),
-            "log": sh(driver_fleet, REBOOT_HOST, "cat /root/rotation.log").splitlines()}
+            "after_again": sh(driver_fleet, REBOOT_HOST, BOOT_MARK), "log": log,
+            "log_after_again": sh(driver_fleet, REBOOT_HOST, "cat /root/rotation.log").splitlines()}
 
 
 def test_reboot_needed_but_not_allowed_stops_the_host(reboot_runs):
@@ -174,7 +181,7 @@ def test_check_mode_only_says_it_would_reboot(reboot_runs):
     assert checked.rc == 0, checked.stdout
     assert "would drain, reboot and verify" in checked.task(
         REBOOT_HOST, "Say what a real run would do (check mode never drains or reboots)")["msg"]
-    assert reboot_runs["log"][0].startswith("out ")  # the first drain is the real run's, not check mode's
+    assert reboot_runs["log"][0].startswith("metrics ")  # the first drain is the real run's, not check mode's
 
 
 def test_reboot_allowed_drains_reboots_and_verifies(reboot_runs):
@@ -188,10 +195,31 @@ def test_reboot_allowed_drains_reboots_and_verifies(reboot_runs):
     verified = rebooted.task(REBOOT_HOST,
                              "Require the loaded driver to be the installed one and every GPU visible")
     assert "loaded == installed, 8 GPU(s) visible" in verified["msg"]
-    # drained while serving, the model stopped by the role (system running) before the reboot, back
-    # in rotation only after the check, in the new boot, with the model running again
-    expected = [f"out {boot} active", f"stopped {boot} running", f"in {new_boot} active"]
-    assert reboot_runs["log"][:3] == expected
+    # sglang_service's own entry points, in this order: out of rotation (no gateway host: it says so, by
+    # name, instead of skipping), drained (its /metrics, at the model's own port, read while it served),
+    # the model stopped by the role (system running), the reboot, the driver check, the readiness gate of
+    # the model the boot started again (the new boot), back into rotation (said again)
+    tasks = [r["task"] for r in rebooted.results[REBOOT_HOST] if r["event"] != "runner_on_skipped"]
+    steps = ["Say that no gateway fronts the host", "Wait for the requests in flight of each model to finish",
+             "Stop the host's services before the reboot", reboot["task"],
+             "Require the loaded driver to be the installed one and every GPU visible",
+             "Progress of sglang-main", "Say that no gateway fronts the host"]
+    at = [tasks.index(steps[0])]
+    for step in steps[1:]:
+        at.append(tasks.index(step, at[-1] + 1))
+    assert at == sorted(at), list(zip(steps, at))
+    notices = [r["msg"] for r in rebooted.results[REBOOT_HOST]
+               if r["task"] == "Say that no gateway fronts the host"]
+    assert notices == [
+        f"group sglang_gateway has no host: {REBOOT_HOST}, which serves main, is in no gateway's rotation "
+        f"to be {done}; clients that reach it directly are not turned away"
+        for done in ("taken out of it", "put back into it")]
+    drained = rebooted.task(REBOOT_HOST, "Say how the drain went")["results"]
+    assert [r["msg"] for r in drained] == ["sglang-main: no request in flight after 1 look(s)"]
+    log = reboot_runs["log"]
+    assert log[:2] == [f"metrics {boot}", f"stopped {boot} running"], log
+    assert log[2:], log
+    assert set(log[2:]) == {f"health_generate {new_boot}"}, log
 
 
 def test_rerun_after_reboot_changes_nothing_and_does_not_reboot(reboot_runs):
@@ -200,7 +228,7 @@ def test_rerun_after_reboot_changes_nothing_and_does_not_reboot(reboot_runs):
     assert reboot_runs["after_again"] == reboot_runs["after_reboot"]
     assert not again.stats["changed"].get(REBOOT_HOST), [
         r["task"] for r in again.results[REBOOT_HOST] if r.get("changed")]
-    assert len(reboot_runs["log"]) == 3
+    assert reboot_runs["log_after_again"] == reboot_runs["log"]  # no drain, no gate: nothing to reboot for
 
 
 def test_existing_on_an_nvswitch_system_requires_fabric_manager(driver_fleet, apt_runs):

@@ -6,15 +6,22 @@ Stacks: site.yml makes stack A (the stable profile: torch 2.14.1, the released s
 first rollout moves to B (the test kernel package as a source build, real nvcc: one build, three installs);
 the second to C (another fingerprint: a flashinfer pin) with host 2's new stack carrying a stand-in that
 crashes at start, so its readiness gate fails and host 2 is rolled back to B while host 3 is never reached.
-Last, playbooks/reproduce.yml puts a lock of host 1 (on C) onto host 3 (on B), restarting and gating its
-model.
+Then playbooks/reproduce.yml puts a lock of host 1 (on C) onto host 3 (on B), restarting and gating its
+model. Last, playbooks/nvidia_driver.yml with a stand-in driver that needs a reboot on every model host
+(tests/integration/fleet/nvidia_driver/stand_in.yml: no GPU here) refuses to reboot them without
+nvidia_driver_reboot_ok, naming all three, and with it walks them one at a time, each out of the gateway's
+rotation, drained, really rebooted (the host's container restarts), its driver checked, its model gated
+and back into rotation, under client load.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import shutil
+import sys
+import threading
 import time
 
 import pytest
@@ -24,6 +31,9 @@ from fleet_present import present
 from jobs_fleet import ClientLoop, JobsFleet, kernel_source, prepare_wheels, seed_uv_cache
 from sglang_parser import PARSER_DEPENDENCIES
 from stackrun import profile_file
+
+sys.path.insert(0, str(REPO_ROOT / "tests" / "stand_ins"))
+import driver_apt_repo
 
 pytestmark = pytest.mark.integration
 
@@ -35,6 +45,21 @@ SUMMARY = "Collect the rollout's records"
 SNAPSHOT = REPO_ROOT / "playbooks" / "snapshot.yml"
 REPRODUCE = REPO_ROOT / "playbooks" / "reproduce.yml"
 GATE_POLL = "Poll until ready, sglang-main"
+DRIVER = REPO_ROOT / "playbooks" / "nvidia_driver.yml"
+DRIVER_STAND_IN = REPO_ROOT / "tests" / "integration" / "fleet" / "nvidia_driver" / "stand_in.yml"
+# PID 1's start time (a container's kernel boot_id is the machine's)
+BOOT_MARK = "awk '{print $22}' /proc/1/stat"
+ROUTE = "Send requests through the gateway; every worker in rotation must answer one, none out of rotation"
+# the stand-in driver's paths for nvidia_driver_facts, and the boot mark ansible.builtin.reboot watches
+DRIVER_VARS = {
+    "nvidia_driver_manage_repository": False,
+    "nvidia_driver_facts_options": {
+        "nvidia_smi": "/usr/local/sbin/stand-in-nvidia-smi",
+        "kernel_module_version_files": ["/run/stand-in/version"], "proc_version": "/run/stand-in/version",
+        "modinfo": "/usr/local/sbin/stand-in-modinfo", "pci_devices": "/opt/stand-in/pci",
+        "efi_dir": "/nonexistent/efi", "nouveau_module": "/nonexistent/nouveau"},
+    "nvidia_driver_boot_time_command": BOOT_MARK,
+}
 
 
 @pytest.fixture(scope="module")
@@ -231,3 +256,116 @@ def test_reproduce_moves_a_host_onto_another_hosts_lock_and_gates_its_model(jobs
     assert after["MainPID"] != before["MainPID"], "the model unit was restarted onto the new stack"
     assert events(result, GATE_POLL) == [h3], "the readiness gate ran on the restarted unit"
     assert jobs.healthy(h3)
+
+
+class RotationWatch(threading.Thread):
+    """Reads the gateway's healthy workers every half second while the driver rollout runs."""
+
+    def __init__(self, jobs: JobsFleet):
+        super().__init__(daemon=True)
+        self.jobs = jobs
+        self.stopping = threading.Event()
+        self.seen: list[frozenset] = []
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            with contextlib.suppress(OSError):
+                workers = self.jobs.gateway_workers()
+                self.seen.append(frozenset(url for url, healthy in workers.items() if healthy))
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(30)
+
+
+@pytest.fixture(scope="module")
+def driver_reboots(jobs, provisioned, tmp_path_factory):
+    """A stand-in driver on every model host: 575 "loaded", 580 installed, the next boot loads 580."""
+    models = ",".join(jobs.models)
+    repo = driver_apt_repo.build(tmp_path_factory.mktemp("stand-in-apt"))
+    stand_in = play(jobs, DRIVER_STAND_IN, limit=models, extravars={
+        "stand_ins": str(REPO_ROOT / "tests" / "stand_ins"), "stand_in_repo": str(repo),
+        "stand_in_modinfo": "open-580.95.05", "stand_in_next_boot": "b200-x8",
+        "stand_in_loaded": "nvml-mismatch"})
+    assert stand_in.rc == 0, stand_in.stdout[-4000:]
+    boots = {h: jobs.ssh(h, BOOT_MARK) for h in [*jobs.models, jobs.gateway]}
+    refused = play(jobs, DRIVER, limit=models, timeout=900,
+                   extravars={**DRIVER_VARS, "nvidia_driver_reboot_ok": False})
+    after_refused = {h: jobs.ssh(h, BOOT_MARK) for h in boots}
+    client, watch = ClientLoop(f"http://{jobs.address[jobs.gateway]}:8000"), RotationWatch(jobs)
+    client.start()
+    watch.start()
+    start = time.monotonic()
+    try:
+        rebooted = play(jobs, DRIVER, limit=models, timeout=2400,
+                        extravars={**DRIVER_VARS, "nvidia_driver_reboot_ok": True})
+    finally:
+        seconds = time.monotonic() - start
+        client.stop()
+        watch.stop()
+    print(f"\nnvidia_driver.yml rebooting 3 model hosts one at a time: {seconds:.0f} s; client requests "
+          f"through the gateway: {client.total} ({client.ok} ok, {len(client.failures)} failed; per worker "
+          f"{dict(client.workers)})")
+    return {"boots": boots, "refused": refused, "after_refused": after_refused, "rebooted": rebooted,
+            "after": {h: jobs.ssh(h, BOOT_MARK) for h in boots}, "client": client, "watch": watch}
+
+
+def test_driver_reboot_not_allowed_reboots_nothing_and_names_every_host(jobs, driver_reboots):
+    refused = driver_reboots["refused"]
+    assert refused.rc != 0
+    assert driver_reboots["after_refused"] == driver_reboots["boots"], "nothing rebooted"
+    survey = refused.task(jobs.models[0], "Say which hosts need a reboot")["msg"]
+    print(survey)
+    for host in jobs.models:
+        assert f"{host} (" in survey, (host, survey)
+    assert survey.startswith("hosts that need a reboot for their driver: ")
+    assert "Driver/library version mismatch" in survey
+    assert survey.endswith(
+        "nvidia_driver_reboot_ok is false: none is rebooted (reboot them yourself, or set it to true).")
+    stopped = refused.task(jobs.models[0], "Stop the host until it is rebooted")
+    assert stopped["event"] == "runner_on_failed"
+    assert "Re-run after reboot" in stopped["msg"]
+    # the serial walk stopped at the first host: no host left rotation
+    assert not [h for h in jobs.models if any(r["task"] == ROUTE for r in refused.results.get(h, []))]
+
+
+def test_driver_reboot_walks_the_model_hosts_one_at_a_time_and_drops_no_request(jobs, driver_reboots):
+    rebooted, client, watch = driver_reboots["rebooted"], driver_reboots["client"], driver_reboots["watch"]
+    assert rebooted.rc == 0, rebooted.stdout[-8000:]
+    before, after = driver_reboots["after_refused"], driver_reboots["after"]
+    for host in jobs.models:
+        assert after[host] != before[host], f"{host} was not rebooted"
+    assert after[jobs.gateway] == before[jobs.gateway], "the gateway is not rebooted"
+    # one at a time, in order: each new boot after the one before it
+    assert [int(after[h]) for h in jobs.models] == sorted(int(after[h]) for h in jobs.models)
+    for host in jobs.models:
+        tasks = [r["task"] for r in rebooted.results[host] if r["event"] != "runner_on_skipped"]
+        steps = [ROUTE, "Wait for the requests in flight of each model to finish",
+                 next(t for t in tasks if t.startswith("Reboot for the driver")),
+                 "Require the loaded driver to be the installed one and every GPU visible",
+                 "Progress of sglang-main", ROUTE]
+        at = [tasks.index(steps[0])]
+        for step in steps[1:]:
+            at.append(tasks.index(step, at[-1] + 1))
+        assert at == sorted(at), (host, list(zip(steps, at)))
+        # out of rotation: the gateway sent it none of its check's requests; back: it answered one
+        out, back = [r for r in rebooted.results[host] if r["task"] == ROUTE]
+        rows = {row["id"]: row for row in out["workers"]}
+        assert rows[f"{host}-main"]["dispatched"] == 0
+        assert not rows[f"{host}-main"]["in_rotation"]
+        assert {row["id"]: row for row in back["workers"]}[f"{host}-main"]["succeeded"] >= 1
+        drained = rebooted.task(host, "Say how the drain went")["results"]
+        said = [r["msg"].split(" after ")[0] for r in drained]
+        assert said == ["sglang-main: no request in flight"], drained
+        assert jobs.unit(host)["ActiveState"] == "active"
+        assert jobs.healthy(host)
+    # at most one host out of the gateway's rotation at any time, and each one out once
+    every = {jobs.worker_url(h) for h in jobs.models}
+    assert watch.seen, "the gateway was never read"
+    assert min(len(seen) for seen in watch.seen) >= len(every) - 1, sorted(map(len, watch.seen))
+    assert {url for seen in watch.seen for url in every - seen} == every
+    assert jobs.gateway_workers() == dict.fromkeys(every, True)
+    assert client.failures == [], client.failures[:10]
+    assert client.ok > 0
+    assert set(client.workers) == set(jobs.models), dict(client.workers)

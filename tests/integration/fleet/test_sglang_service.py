@@ -203,30 +203,56 @@ def _through_gateway(fleet, hosts, n):
             for _ in range(n)]
 
 
-def _gateway_vars_play(fleet, tasks_from, target="", **extra):
+def _gateway_vars_play(fleet, tasks_from, **extra):
     return [{"name": tasks_from, "hosts": "sglang_gateway", "gather_facts": False,
-             "vars": role_vars(fleet, sglang_service_gateway_target=target, **extra),
+             "vars": role_vars(fleet, **extra),
              "tasks": [{"name": tasks_from, "ansible.builtin.include_role": {"name": "sglang_service",
                                                                             "tasks_from": tasks_from}}]}]
+
+
+def _rotation_play(fleet, host, *entry_points):
+    """sglang_service's rotation entry points on a model host, as any playbook runs them: with the
+    inventory's settings only (the gateway's, the models' key; the profile named, not loaded, and no stack
+    role), which made the old put_back fail with "object of type 'str' has no attribute 'smg'"."""
+    settings = {key: value for key, value in role_vars(fleet).items()
+                if key.startswith("sglang_service_gateway_") or key == "sglang_service_api_key"}
+    return [{"name": " + ".join(entry_points), "hosts": host, "gather_facts": False,
+             "vars": {"stack_profile": "stable", **settings},
+             "tasks": [{"name": entry_point, "ansible.builtin.include_role": {"name": "sglang_service",
+                                                                              "tasks_from": entry_point}}
+                       for entry_point in entry_points]}]
 
 
 def test_gateway_routes_to_both_takes_out_puts_back_and_skips_unhealthy(first_run, fleet, hosts, play):
     h1, h2, _ = hosts
     served = lambda: {w.split(":")[0] for w in _through_gateway(fleet, hosts, 8)}  # noqa: E731
     assert served() == {h1, h2}
-    out = play(_gateway_vars_play(fleet, "take_out", h2))
+    out = play(_rotation_play(fleet, h2, "out_of_rotation", "drain"))
     assert out.rc == 0, out.stdout[-4000:]
-    # take_out's own routing check: h1 answered, h2 (out of rotation) got none of its requests
-    rows = {row["id"]: row for row in out.task(hosts[2], ROUTE_TASK)["workers"]}
+    # out_of_rotation, run on h2, delegated its manifest change and routing check to the gateway: h1
+    # answered, h2 (out of rotation) got none of its requests
+    rows = {row["id"]: row for row in out.task(h2, ROUTE_TASK)["workers"]}
     assert rows[f"{h1}-main"]["succeeded"] >= 1
     assert rows[f"{h1}-main"]["in_rotation"]
     assert rows[f"{h2}-main"]["dispatched"] == 0
     assert not rows[f"{h2}-main"]["in_rotation"]
     assert served() == {h1}
-    back = play(_gateway_vars_play(fleet, "put_back", h2))
+    # the drain read the models h2 serves over HTTP at their own port: main (30000), not the pair (rank 1
+    # there; its rank 0 is h1); this scenario's servers run without --enable-metrics, and it says so
+    drained = out.task(h2, "Wait for the requests in flight of each model to finish")["results"]
+    assert [(r["item"]["item"]["name"], r["url"]) for r in drained] == [("main", "http://127.0.0.1:30000/metrics")]
+    said = out.task(h2, "Say how the drain went")["results"]
+    assert [r["msg"] for r in said] == [
+        "sglang-main: no /metrics (status 404; start the server with --enable-metrics to wait for requests "
+        "in flight): not waiting, SIGTERM drains them"]
+    back = play(_rotation_play(fleet, h2, "readiness", "into_rotation"))
     assert back.rc == 0, back.stdout[-4000:]
-    assert all(row["succeeded"] >= 1 for row in back.task(hosts[2], ROUTE_TASK)["workers"])
+    gated = [r["msg"] for r in back.results[h2] if r["task"] == "Progress of sglang-main"]
+    assert gated, "readiness gated main"
+    assert all(row["succeeded"] >= 1 for row in back.task(h2, ROUTE_TASK)["workers"])
     assert served() == {h1, h2}
+    _no_key_in(out)
+    _no_key_in(back)
     # a worker whose health fails stops getting requests (smg health check: every 1 s, 2 failures)
     address = {h["name"]: h["ip"] for h in fleet.hosts}
     _http(f"http://{address[h1]}:30000/stand_in/unhealthy", {})
