@@ -1,7 +1,7 @@
 """A real but light stack on fleet hosts, made the stack role's way (the pinned uv in stack_tools_dir, a uv
 venv, stack.json, .sealed, current) with three small wheels from the served wheelhouse instead of torch (a
 CUDA torch stack is ~6 GB a host): verify, snapshot and reproduce have something to check. Used by
-bench/verify_timing.py and tests/integration/fleet/test_verify_doctor.py.
+bench/verify_timing.py and tests/integration/fleet/test_fleet_verify_doctor.py.
 """
 
 from __future__ import annotations

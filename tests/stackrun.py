@@ -129,7 +129,7 @@ def stack_extravars(fleet, wheel_cache: Path) -> dict:
         "stack_find_links": [fleet.wheelhouse_url],
         "stack_no_index": True,
         # the stand-in stacks (torch and the real kernel, the stand-in server) are resolved on the hosts
-        # from the profile's pins; test_stack_lock.py installs the real locked stack
+        # from the profile's pins; fleet/test_stack_locked_install.py installs the real locked stack
         "stack_use_lock": False,
         "pytorch_index_url": "",
         "stack_wheel_cache_dir": str(wheel_cache),
