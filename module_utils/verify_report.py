@@ -260,7 +260,8 @@ def host_checks(gpu, stack, *, torch=None, kernel=None, scan=None, service=None,
     cuda = facts.get("cuda") or {}
     add("cuda", "ok" if cuda.get("toolkit_version") else "fail",
         f"nvcc {cuda.get('nvcc_version')} (CUDA {cuda.get('toolkit_version')}) at {cuda.get('nvcc')}"
-        if cuda.get("toolkit_version") else f"no working nvcc at {cuda.get('nvcc')}")
+        if cuda.get("toolkit_version") else f"no working nvcc at {cuda.get('nvcc')}" if cuda.get("nvcc")
+        else "no CUDA toolkit where the host's cuda_toolchain settings look (no nvcc found)")
     stack_name = (facts.get("stack") or {}).get("name")
     if not stack_name:
         root = (facts.get("stack") or {}).get("root")

@@ -111,3 +111,10 @@ def test_host_checks_without_gpu_or_results():
     assert checks["torch"] == ("fail", "import torch failed")
     assert checks["service"] == ("fail", "http://h:1/health did not answer: Connection refused")
     assert checks["drift"] == ("skip", "no lock given (-e verify_lock_file=locks/NAME.lock.yml)")
+
+
+def test_no_toolkit_found_names_no_path():
+    gpu, stack = {"present": False, "reason": "none"}, {"facts": {"cuda": {"nvcc": ""}}}
+    [cuda] = [c for c in host_checks(gpu, stack) if c["check"] == "cuda"]
+    assert (cuda["status"], cuda["detail"]) == (
+        "fail", "no CUDA toolkit where the host's cuda_toolchain settings look (no nvcc found)")

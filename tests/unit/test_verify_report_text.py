@@ -157,7 +157,8 @@ def test_skipped_checks_say_why():
     assert checks(torch={})["torch"] == ("skip", "torch was not checked")     # an empty result: not run
     no_stack = checks(stack={"facts": {"stack": {"root": "/r"}}})
     assert no_stack["kernel"] == ("skip", "no stack in use")
-    assert no_stack["cuda"] == ("fail", "no working nvcc at None")
+    assert no_stack["cuda"] == ("fail", "no CUDA toolkit where the host's cuda_toolchain settings look "
+                                        "(no nvcc found)")
 
 
 def test_torch_sentences():

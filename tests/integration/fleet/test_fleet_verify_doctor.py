@@ -4,10 +4,10 @@ and each host's report names that stage first with its cause and fix.
 Every host gets a light stack (tests/light_stack.py); a lock is taken from the last host before any fault.
 The faults: the driver (a STAND-IN nvidia-smi replaying a Driver/library version mismatch), the GPU
 interconnect (the stand-in replaying 8x RTX PRO 6000 whose peer-to-peer is broken by ACS; the same driver
-stage), the toolkit (verify pointed at a CUDA home without nvcc), torch (no stack in use: `current`
-removed), the service and the gateway (health URLs nothing listens on), and the lock (a package changed by
-hand). The kernel, weights and speculative-acceptance stages need a kernel or a model server these hosts
-do not have; the unit tests (tests/unit/test_verify_doctor.py) cover their order.
+stage), the toolkit (the host's toolkit configuration names a home without nvcc), torch (no stack in use:
+`current` removed), the service and the gateway (health URLs nothing listens on), and the lock (a package
+changed by hand). The kernel, weights and speculative-acceptance stages need a kernel or a model server these
+hosts do not have; the unit tests (tests/unit/test_verify_doctor.py) cover their order.
 """
 
 from __future__ import annotations
@@ -93,7 +93,10 @@ def report(faulty_fleet):
     result = play(
         fleet, VERIFY, verify_lock_file=str(lock), verify_reports_dir=str(reports), verify_fail=False,
         stack_wheel_cache_dir=str(wheelhouse()),
-        verify_cuda_home=only_on(hosts[3], "/opt/no-cuda", "/usr/local/cuda"),
+        # the toolkit the host's configuration names is where there is none (verify reads it through the
+        # stack role's `facts`, which asks cuda_toolchain's)
+        cuda_toolchain_method=only_on(hosts[3], "existing", "auto"),
+        cuda_toolchain_existing_home=only_on(hosts[3], "/opt/no-cuda"),
         verify_service_url=only_on(hosts[5], NOTHING_LISTENS),
         verify_gateway_url=only_on(hosts[6], NOTHING_LISTENS))
     return (hosts, result, json.loads((reports / "verify.json").read_text()),
@@ -122,7 +125,8 @@ def test_the_faults_are_the_injected_ones(report):
     topology = checks[hosts[2]]["topology"]
     assert topology["detail"].startswith("22 of 28 GPU pairs cannot use peer-to-peer over PCIe")
     assert "iommu=pt" in topology["fix"]
-    assert checks[hosts[3]]["cuda"]["detail"] == "no working nvcc at /opt/no-cuda/bin/nvcc"
+    assert checks[hosts[3]]["cuda"]["detail"] == ("no CUDA toolkit where the host's cuda_toolchain settings "
+                                                  "look (no nvcc found)")
     assert checks[hosts[4]]["torch"]["detail"] == "no stack in use: /opt/sglang/stacks/current does not exist"
     assert checks[hosts[5]]["service"]["detail"].startswith(f"{NOTHING_LISTENS} did not answer")
     assert checks[hosts[6]]["gateway"]["detail"].startswith(f"{NOTHING_LISTENS} did not answer")
