@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from packaging.tags import sys_tags
@@ -32,6 +33,45 @@ def cache_dir(*parts: str) -> Path:
 def wheelhouse() -> Path:
     """The shared wheel directory (torch, sglang-kernel, nvidia-cuda-* ...) used by tests and the fleet."""
     return cache_dir("wheelhouse")
+
+
+def uv_cache() -> Path:
+    """The uv cache every test venv and every test stack built on this machine shares (``UV_CACHE_DIR``).
+
+    uv hardlinks what it installs from its cache, so one copy of torch's CUDA libraries serves them all.
+    """
+    return cache_dir("uv")
+
+
+def uv_install(python: Path, requirements: list[str], *, deps: bool = True, pins: list[str] | None = None,
+               timeout: int = 3600) -> None:
+    """Install ``requirements`` into the venv of ``python`` with the project's pinned uv, from the
+    wheelhouse only (no index), hardlinking from the shared test uv cache.
+
+    With ``pins`` (``name==version`` lines, a lock's), the set is first resolved within those pins with
+    every file's sha256 and installed with ``--require-hashes``, as a stack from the lock is: uv keeps a
+    wheel unpacked without its hash apart from one unpacked in hash-checking mode, so only a hashed
+    install shares the cache's copy with the stacks tests build from the lock.
+    """
+    uv = Path(sys.executable).parent / "uv"
+    env = {**os.environ, "UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never"}
+    common = ["--no-index", "--find-links", str(wheelhouse()), "--cache-dir", str(uv_cache())]
+    install = [str(uv), "pip", "install", "--quiet", "--python", str(python), "--link-mode", "hardlink",
+               *common]
+    if not deps:
+        install.append("--no-deps")
+    if pins is None:
+        subprocess.run([*install, *requirements], check=True, timeout=timeout, env=env)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        constraints, resolved = Path(tmp) / "pins.txt", Path(tmp) / "resolved.txt"
+        constraints.write_text("\n".join(pins) + "\n")
+        subprocess.run([str(uv), "pip", "compile", "--quiet", "--python", str(python), *common,
+                        "--generate-hashes", "--constraint", str(constraints), "--output-file", str(resolved),
+                        "-"], input="\n".join(requirements) + "\n", text=True, check=True,
+                       timeout=timeout, env=env)
+        subprocess.run([*install, "--require-hashes", "--requirement", str(resolved)], check=True,
+                       timeout=timeout, env=env)
 
 
 def _have_wheel(requirement: str, dest: Path) -> bool:

@@ -24,7 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cache import cache_dir, pip_download, wheelhouse
+from cache import cache_dir, pip_download, uv_install
 
 SGLANG = "sglang==0.5.23"
 TORCH = "torch==2.13.0+cpu"
@@ -48,7 +48,7 @@ def download_parser_wheels() -> Path:
 
 def parser_python(timeout: int = 1800) -> Path:
     """Python of a cached venv holding PARSER_WHEELS and the stand-in server module."""
-    key = hashlib.sha256("\n".join(PARSER_WHEELS).encode()).hexdigest()[:12]
+    key = hashlib.sha256("\n".join(["uv-install", *PARSER_WHEELS]).encode()).hexdigest()[:12]
     root = cache_dir("venvs")
     venv = root / f"sglang-parser-{key}"
     python = venv / "bin" / "python"
@@ -58,9 +58,7 @@ def parser_python(timeout: int = 1800) -> Path:
             shutil.rmtree(venv, ignore_errors=True)
             download_parser_wheels()
             subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-            subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                            "--no-index", "--find-links", str(wheelhouse()), "--no-deps", *PARSER_WHEELS],
-                           check=True, timeout=timeout)
+            uv_install(python, PARSER_WHEELS, deps=False, timeout=timeout)
             (venv / ".ready").write_text("\n".join(PARSER_WHEELS) + "\n")
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                           check=True, capture_output=True, text=True).stdout.strip()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from ansible_run import REPO_ROOT, run_module, run_playbook
+from cache import uv_cache, wheelhouse
 from lockwheels import fill_from_lock
 
 pytestmark = pytest.mark.integration
@@ -131,9 +132,13 @@ def test_site_provisions_a_second_stack_root_and_cache_beside_the_first(tmp_path
     """`make site`'s playbook on this machine, into an empty stack root and an empty wheel cache given
     with -e (beside the machine's own), then again: the second run changes nothing. The test wheelhouse,
     filled from the stable lock once per cache, serves as a mirror (files hardlinked by name and sha256),
-    so the lock's 4 GB are not downloaded again for every run."""
+    so the lock's 4 GB are not downloaded again for every run. The stack's uv cache is the tests' shared
+    one, which the torch test venvs were installed through: the new stack hardlinks torch and its CUDA
+    libraries from it, so it needs a few hundred MB of disk here, not the 20 GiB a host's stack is planned
+    with (stack_min_free_gb, lowered to what a CI machine late in its run is sure to have)."""
     extravars = {"stack_root": str(tmp_path / "stacks"), "stack_wheel_cache_dir": str(tmp_path / "wheels"),
-                 "stack_find_links": [str(fill_from_lock())]}
+                 "stack_wheel_store": str(wheelhouse()), "stack_uv_cache_dir": str(uv_cache()),
+                 "stack_min_free_gb": 4, "stack_find_links": [str(fill_from_lock())]}
     first = run_playbook(SITE, extravars=extravars)
     assert first.rc == 0, first.stdout[-6000:]
     summary = first.task("localhost", "Show the host summary")["msg"]
