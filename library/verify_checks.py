@@ -42,13 +42,16 @@ options:
     type: dict
     default: {}
   service:
-    description: Result of the model service health request (ansible.builtin.uri), or a skipped result.
-    type: dict
-    default: {}
+    description:
+      - Health of the model services on this host, each a C(name), C(url), C(status) (-1 when nothing
+        answered) and C(msg) (the sglang_service role's C(probe) entries, C(sglang_service_health)), or one
+        ansible.builtin.uri result; empty or skipped when the host serves no model.
+    type: raw
+    default: []
   gateway:
-    description: Result of the gateway health request, or a skipped result.
-    type: dict
-    default: {}
+    description: Health of the gateway on this host (C(sglang_service_gateway_health)), as for I(service).
+    type: raw
+    default: []
   drift:
     description: Result of stack_lock with action=compare, or a skipped result.
     type: dict
@@ -127,7 +130,8 @@ checks:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.verify_report import host_checks
 
-RESULTS = ("torch", "kernel", "scan", "service", "gateway", "drift")
+RESULTS = ("torch", "kernel", "scan", "drift")
+HEALTH = ("service", "gateway")
 
 
 def main():
@@ -136,6 +140,7 @@ def main():
             "gpu": {"type": "dict", "required": True},
             "stack": {"type": "dict", "required": True},
             **{name: {"type": "dict", "default": {}} for name in RESULTS},
+            **{name: {"type": "raw", "default": []} for name in HEALTH},
             "scan_ignore": {"type": "list", "elements": "str", "default": []},
             "speculative": {"type": "list", "elements": "dict", "default": []},
             "p2p_required": {"type": "bool", "default": True},
@@ -143,10 +148,16 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
+    for name in HEALTH:
+        value = params[name]
+        listed = isinstance(value, list) and all(isinstance(v, dict) for v in value)
+        if not (isinstance(value, dict) or listed):
+            module.fail_json(msg=f"{name}: expected a list of health results (name, url, status, msg) or one "
+                                 f"ansible.builtin.uri result, got {type(value).__name__}: {value!r:.200}")
     try:
         checks = host_checks(params["gpu"], params["stack"], scan_ignore=params["scan_ignore"],
                              p2p_required=params["p2p_required"], speculative=params["speculative"],
-                             **{name: params[name] for name in RESULTS})
+                             **{name: params[name] for name in RESULTS + HEALTH})
     except Exception as exc:  # never a traceback: say what failed
         module.fail_json(msg=f"verify_checks failed unexpectedly: {type(exc).__name__}: {exc}")
     module.exit_json(changed=False, checks=checks)

@@ -225,6 +225,31 @@ def speculative_check(results):
     return {"check": "speculative", "status": worst, "detail": detail, "figures": figures}
 
 
+def health_check(name, results):
+    """(status, detail) of the ``service`` or ``gateway`` check from health requests.
+
+    ``results``: one ansible.builtin.uri result, or a list of them or of the sglang_service role's probe
+    entries ({name, url, status, msg}; status -1 when nothing answered). Skipped or empty: nothing of the
+    kind on this host. Every one must answer 200; the detail names each, the failing first.
+    """
+    if isinstance(results, dict):
+        results = [results]
+    asked = [r for r in results or [] if not _skipped(r)]
+    if not asked:
+        return "skip", f"no {name} on this host"
+    failing, answering = [], []
+    for result in asked:
+        status = result.get("status") or 0  # the uri module says -1 when nothing answered
+        label = f"{result['name']}: " if result.get("name") else ""
+        url = result.get("url")
+        if status == 200:
+            answering.append(f"{label}{url} answered 200")
+        else:
+            failing.append(f"{label}{url} answered {status}" if status > 0
+                           else f"{label}{url} did not answer: {result.get('msg')}")
+    return ("fail" if failing else "ok"), "; ".join(failing + answering)
+
+
 def host_checks(gpu, stack, *, torch=None, kernel=None, scan=None, service=None, gateway=None, drift=None,
                 scan_ignore=(), p2p_required=True, speculative=None):
     """One host's checks from the registered results of verify.yml's read-only tasks.
@@ -307,13 +332,7 @@ def host_checks(gpu, stack, *, torch=None, kernel=None, scan=None, service=None,
             + (f" and {len(bad) - 5} more" if len(bad) > 5 else "") if bad
             else f"all {with_code} CUDA binaries run here")
     for name, result in (("service", service), ("gateway", gateway)):
-        if _skipped(result):
-            add(name, "skip", f"no {name} on this host")
-        else:
-            status = result.get("status") or 0  # the uri module says -1 when nothing answered
-            add(name, "ok" if status == 200 else "fail",
-                f"{result.get('url')} answered {status}" if status > 0 else
-                f"{result.get('url')} did not answer: {result.get('msg')}")
+        add(name, *health_check(name, result))
     if speculative:  # only hosts with a model that drafts have the check
         checks.append(speculative_check(speculative))
     if _skipped(drift):

@@ -192,3 +192,13 @@ def test_verify_reports_broken_p2p_first_with_the_fix():
     assert [c["check"] for c in host["checks"] if c["status"] == "fail"] == ["topology", "service"]
     warned = run_module("verify_checks", {"gpu": gpu, "stack": stack, "p2p_required": False})
     assert [c["status"] for c in warned["checks"] if c["check"] == "topology"] == ["warn"]
+
+
+def test_verify_checks_names_a_health_result_of_the_wrong_shape():
+    stack = {"facts": {"stack": {"root": "/opt/sglang/stacks", "name": None}, "cuda": {}}}
+    result = run_module("verify_checks", {"gpu": {"present": False, "reason": "none"}, "stack": stack,
+                                          "service": ["http://127.0.0.1:30000/health"]})
+    assert result["event"] == "runner_on_failed"
+    assert result["msg"].startswith("service: expected a list of health results (name, url, status, msg) or "
+                                    "one ansible.builtin.uri result, got list: ")
+    assert "Traceback" not in str(result)

@@ -199,3 +199,35 @@ def test_a_minimum_that_can_never_be_met_fails_before_probing(servers):
     assert result["msg"].startswith("sglang_service_spec_min_accept_length: 4.5 can never be met with "
                                     "num_steps 3")
     assert result["requests"] == 0
+
+
+def test_probe_asks_each_served_model_once_and_names_the_silent_one(servers):
+    """The role's `probe` entry point (what verify.yml runs for the inventory's models): one GET /health
+    per model this host serves, in check mode too (the requests change nothing), with no gateway asked
+    on a host outside the gateway group."""
+    silent = _free_port()
+    models = [_entry("good", servers["good"], True), _entry("plain", servers["plain"], False),
+              _entry("silent", silent, False)]
+    for check in (False, True):
+        play = [{"hosts": "localhost", "gather_facts": False,
+                 "vars": {"sglang_service_models": models, "sglang_service_python": "/opt/x/bin/python",
+                          "sglang_service_capabilities": ["12.0"], "sglang_service_probe_timeout": 3},
+                 "tasks": [{"name": "probe", "ansible.builtin.include_role": {
+                     "name": "sglang_service", "tasks_from": "probe"}}]}]
+        result = run_playbook(play, check=check)
+        assert result.rc == 0, result.stdout[-3000:]
+        facts = result.task("localhost", "Keep the health of each model and of the gateway")["ansible_facts"]
+        health = {h["name"]: h for h in facts["sglang_service_health"]}
+        assert list(health) == ["sglang-good", "sglang-plain", "sglang-silent"]
+        assert health["sglang-good"]["status"] == health["sglang-plain"]["status"] == 200
+        assert health["sglang-good"]["url"] == f"http://127.0.0.1:{servers['good']}/health"
+        assert health["sglang-silent"]["status"] == -1
+        assert "Connection refused" in health["sglang-silent"]["msg"]
+        assert facts["sglang_service_gateway_health"] == {}
+        checks = run_module("verify_checks", {"gpu": {"present": False, "reason": "stand-in"},
+                                              "stack": {"facts": {}},
+                                              "service": facts["sglang_service_health"]})
+        (service,) = [c for c in checks["checks"] if c["check"] == "service"]
+        assert service["status"] == "fail"
+        assert service["detail"].startswith(
+            f"sglang-silent: http://127.0.0.1:{silent}/health did not answer: ")

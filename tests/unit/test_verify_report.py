@@ -7,6 +7,7 @@ import json
 import pytest
 from ansible.module_utils.verify_report import (
     ReportError,
+    health_check,
     host_checks,
     render_json,
     render_markdown,
@@ -118,3 +119,33 @@ def test_no_toolkit_found_names_no_path():
     [cuda] = [c for c in host_checks(gpu, stack) if c["check"] == "cuda"]
     assert (cuda["status"], cuda["detail"]) == (
         "fail", "no CUDA toolkit where the host's cuda_toolchain settings look (no nvcc found)")
+
+
+PROBE_OK = {"name": "sglang-a", "url": "http://127.0.0.1:30000/health", "status": 200, "msg": "OK"}
+PROBE_DOWN = {"name": "sglang-b", "url": "http://127.0.0.1:30001/health", "status": -1,
+              "msg": "Status code was -1 and not [200]: Request failed: <urlopen error [Errno 111] refused>"}
+
+
+@pytest.mark.parametrize(("results", "expected"), [
+    ([], ("skip", "no service on this host")),
+    ({"skipped": True}, ("skip", "no service on this host")),
+    ([{"skipped": True}], ("skip", "no service on this host")),
+    ([PROBE_OK], ("ok", "sglang-a: http://127.0.0.1:30000/health answered 200")),
+    # the failing model first, whatever the order of the inventory
+    ([PROBE_OK, PROBE_DOWN], ("fail", f"sglang-b: http://127.0.0.1:30001/health did not answer: "
+                                      f"{PROBE_DOWN['msg']}; "
+                                      "sglang-a: http://127.0.0.1:30000/health answered 200")),
+    ([dict(PROBE_OK, status=503)], ("fail", "sglang-a: http://127.0.0.1:30000/health answered 503")),
+    # one uri result, without a name (-e verify_service_url)
+    ({"url": "http://h:1/health", "status": 200}, ("ok", "http://h:1/health answered 200")),
+])
+def test_health_check_of_each_model_of_the_host(results, expected):
+    assert health_check("service", results) == expected
+
+
+def test_host_checks_take_the_probe_lists_for_service_and_gateway():
+    checks = checks_of(gpu={"present": False, "reason": "none"}, service=[PROBE_OK, PROBE_OK],
+                       gateway=[{"name": "smg", "url": "http://127.0.0.1:8000/health", "status": 200}])
+    assert checks["service"] == ("ok", "sglang-a: http://127.0.0.1:30000/health answered 200; "
+                                       "sglang-a: http://127.0.0.1:30000/health answered 200")
+    assert checks["gateway"] == ("ok", "smg: http://127.0.0.1:8000/health answered 200")

@@ -18,17 +18,19 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import os
 import shutil
 import sys
 import threading
 import time
+import urllib.request
 
 import pytest
 from ansible_run import REPO_ROOT, PlayResult, run_playbook
 from fleet import Fleet
 from fleet_present import present
-from jobs_fleet import ClientLoop, JobsFleet, kernel_source, prepare_wheels, seed_uv_cache
+from jobs_fleet import MODEL_PORT, ClientLoop, JobsFleet, kernel_source, prepare_wheels, seed_uv_cache
 from sglang_parser import PARSER_DEPENDENCIES
 from stackrun import profile_file
 
@@ -44,6 +46,7 @@ INSTALL = "Install the wheel into the stack, without dependencies so that torch 
 SUMMARY = "Collect the rollout's records"
 SNAPSHOT = REPO_ROOT / "playbooks" / "snapshot.yml"
 REPRODUCE = REPO_ROOT / "playbooks" / "reproduce.yml"
+VERIFY = REPO_ROOT / "playbooks" / "verify.yml"
 GATE_POLL = "Poll until ready, sglang-main"
 DRIVER = REPO_ROOT / "playbooks" / "nvidia_driver.yml"
 DRIVER_STAND_IN = REPO_ROOT / "tests" / "integration" / "fleet" / "nvidia_driver" / "stand_in.yml"
@@ -123,6 +126,53 @@ def test_site_converges_on_models_and_gateway_and_a_second_run_changes_nothing(j
         assert jobs.unit(host)["ActiveState"] == "active"
         assert jobs.healthy(host)
     assert jobs.gateway_workers() == {jobs.worker_url(h): True for h in jobs.models}
+
+
+def verify_checks(jobs: JobsFleet, workdir, **kwargs) -> dict:
+    """{host: {check: entry}} of a verify.yml run with nothing but the fleet's inventory."""
+    result = play(jobs, VERIFY, extravars={"verify_reports_dir": str(workdir), "verify_fail": False},
+                  **kwargs)
+    assert result.rc == 0, result.stdout[-6000:]
+    report = json.loads((workdir / "verify.json").read_text())
+    return {h["host"]: {c["check"]: c for c in h["checks"]} for h in report["hosts"]}
+
+
+def stand_in_health(jobs: JobsFleet, host: str, healthy: bool) -> None:
+    """The stand-in server's own control: its /health answers 503 (unhealthy) or 200 again."""
+    request = urllib.request.Request(
+        f"{jobs.worker_url(host)}/stand_in/{'healthy' if healthy else 'unhealthy'}", data=b"", method="POST")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
+
+
+def test_verify_finds_the_models_and_gateway_the_inventory_serves(jobs, provisioned, tmp_path):
+    """verify.yml given no URL asks each model host's unit (the sglang_service probe, from the inventory's
+    sglang_service_models) and the gateway host's smg; a model whose health fails fails its host, naming
+    the unit and the URL, and the other hosts stay ok."""
+    checks = verify_checks(jobs, tmp_path)
+    for host in jobs.models:
+        service = checks[host]["service"]
+        assert service["status"] == "ok", service
+        assert service["detail"] == f"sglang-main: http://127.0.0.1:{MODEL_PORT}/health answered 200"
+        assert checks[host]["gateway"]["status"] == "skip"
+    assert checks[jobs.gateway]["gateway"]["status"] == "ok", checks[jobs.gateway]["gateway"]
+    assert checks[jobs.gateway]["gateway"]["detail"].startswith("smg: http://")
+    assert checks[jobs.gateway]["service"] == {"check": "service", "status": "skip",
+                                               "detail": "no service on this host"}
+    sick = jobs.models[1]
+    stand_in_health(jobs, sick, healthy=False)
+    try:
+        checks = verify_checks(jobs, tmp_path, limit=",".join(jobs.models))
+    finally:
+        stand_in_health(jobs, sick, healthy=True)
+    assert checks[sick]["service"]["status"] == "fail"
+    assert checks[sick]["service"]["detail"] == (
+        f"sglang-main: http://127.0.0.1:{MODEL_PORT}/health answered 503")
+    assert [h for h in jobs.models if checks[h]["service"]["status"] != "ok"] == [sick]
+    deadline = time.monotonic() + 120  # the gateway's health checker takes the worker back
+    while jobs.gateway_workers() != {jobs.worker_url(h): True for h in jobs.models}:
+        assert time.monotonic() < deadline, jobs.gateway_workers()
+        time.sleep(2)
 
 
 @pytest.fixture(scope="module")
