@@ -175,6 +175,45 @@ def test_verify_finds_the_models_and_gateway_the_inventory_serves(jobs, provisio
         time.sleep(2)
 
 
+def entry_point(name: str) -> list[dict]:
+    """A play that runs one sglang_service entry point on its own, with nothing but the inventory."""
+    return [{"hosts": "all", "gather_facts": False, "tasks": [{
+        "name": name, "ansible.builtin.include_role": {"name": "sglang_service", "tasks_from": name}}]}]
+
+
+def test_a_host_left_out_of_rotation_is_put_back_by_the_next_rollout(jobs, provisioned):
+    """What a controller killed after a host's gate and before its put-back leaves behind: the host on its
+    stack, out of the gateway's rotation (made here with the role's out_of_rotation entry point, run on its
+    own from a play with just the inventory). The next rolling_rebuild, with nothing to update, reads the
+    gateway's rotation state, gates the host and puts it back, saying so; the run after changes nothing."""
+    left = jobs.models[2]
+    out = play(jobs, entry_point("out_of_rotation"), limit=left)
+    assert out.rc == 0, out.stdout[-4000:]
+    assert jobs.gateway_workers() == {jobs.worker_url(h): True for h in jobs.models if h != left}
+    state = play(jobs, entry_point("rotation_state"), limit=",".join(jobs.models))
+    assert state.rc == 0, state.stdout[-4000:]
+    left_out = {h: state.task(h, "Keep the gateway hosts that leave this host out of rotation")[
+        "ansible_facts"]["sglang_service_left_out_by"] for h in jobs.models}
+    assert left_out == {h: [jobs.gateway] if h == left else [] for h in jobs.models}
+
+    rerun = play(jobs, ROLLOUT, timeout=1800)
+    assert rerun.rc == 0, rerun.stdout[-6000:]
+    records = summary(rerun)
+    assert records[left]["result"] == (
+        "put back in rotation (on its stack already; an earlier run left it out)")
+    assert {h: records[h]["result"] for h in jobs.models if h != left} == {
+        h: "unchanged (already on it)" for h in jobs.models if h != left}
+    assert events(rerun, "Gate the host's models before it takes traffic again") == [left]
+    assert jobs.gateway_workers() == {jobs.worker_url(h): True for h in jobs.models}
+
+    third = play(jobs, ROLLOUT, timeout=1800)
+    assert third.rc == 0, third.stdout[-6000:]
+    assert {h: r["result"] for h, r in summary(third).items()} == dict.fromkeys(
+        jobs.models, "unchanged (already on it)")
+    assert not any(third.stats.get("changed", {}).get(h) for h in jobs.models), [
+        (h, r["task"]) for h in jobs.models for r in third.results[h] if r.get("changed")]
+
+
 @pytest.fixture(scope="module")
 def first_rollout(jobs, provisioned):
     """Profile B (the kernel built from source) in check mode first, then for real under client load."""
