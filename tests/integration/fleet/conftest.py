@@ -40,6 +40,30 @@ def fleet_base() -> Path:
     return ensure_base()
 
 
+# The session fleet while it is up: ended after the last test that can use it (below), not at the end
+# of the session.
+_SESSION_FLEETS: list[Fleet] = []
+_HERE = Path(__file__).resolve().parent
+
+
+def _uses_the_fleet(item: pytest.Item) -> bool:
+    """A test of this directory (only they see this conftest's fixtures)."""
+    return _HERE in Path(str(item.path)).resolve().parents
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """End the session fleet once no test left in the session can use it. Its hosts hold every stack the
+    fleet tests built (about 10 GB a host); the integration and unit tests that run after them must not
+    share the disk with them (a CI machine ran out of it). ``down`` is idempotent, so the fixture's own
+    teardown, which checks that nothing was left behind, still runs at the end of the session."""
+    if not _SESSION_FLEETS or (nextitem is not None and _uses_the_fleet(nextitem)):
+        return
+    later = item.session.items[item.session.items.index(item) + 1:]
+    if not any(_uses_the_fleet(other) for other in later):
+        while _SESSION_FLEETS:
+            _SESSION_FLEETS.pop().down()
+
+
 @pytest.fixture(scope="session")
 def fleet(fleet_base) -> Iterator[Fleet]:
     session_fleet = Fleet(f"t{os.getpid() % 10**8}")
@@ -47,8 +71,11 @@ def fleet(fleet_base) -> Iterator[Fleet]:
     try:
         session_fleet.up(3, owner_pid=os.getpid())
         recorded = copy.deepcopy(session_fleet.state.data)
+        _SESSION_FLEETS.append(session_fleet)
         yield session_fleet
     finally:
+        if session_fleet in _SESSION_FLEETS:
+            _SESSION_FLEETS.remove(session_fleet)
         session_fleet.down()
     # checked on the machine, not by the harness's own account
     assert present(recorded) == [], "the session fleet's down left these behind"

@@ -278,7 +278,7 @@ def test_rollout_builds_once_installs_three_times_and_drops_no_request(jobs, fir
 
 def test_a_host_that_fails_its_gate_is_rolled_back_and_the_rollout_halts(jobs, first_rollout):
     h1, h2, h3 = jobs.models
-    assert first_rollout["result"].rc == 0
+    assert first_rollout["result"].rc == 0, first_rollout["result"].stdout[-6000:]
     (jobs.workdir / "c").mkdir(exist_ok=True)
     profile = profile_file(jobs.workdir / "c", "rollout", **{
         "sgl_kernel.install": "source", "sgl_kernel.source.archive_url": jobs.kernel["url"],
