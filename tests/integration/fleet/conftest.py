@@ -51,6 +51,7 @@ def _uses_the_fleet(item: pytest.Item) -> bool:
     return _HERE in Path(str(item.path)).resolve().parents
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own teardown: module fixtures that use the fleet end first
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """End the session fleet once no test left in the session can use it. Its hosts hold every stack the
     fleet tests built (about 10 GB a host); the integration and unit tests that run after them must not
