@@ -134,8 +134,9 @@ def test_site_provisions_a_second_stack_root_and_cache_beside_the_first(tmp_path
     filled from the stable lock once per cache, serves as a mirror (files hardlinked by name and sha256),
     so the lock's 4 GB are not downloaded again for every run. The stack's uv cache is the tests' shared
     one, which the torch test venvs were installed through: the new stack hardlinks torch and its CUDA
-    libraries from it, so it needs a few hundred MB of disk here, not the 20 GiB a host's stack is planned
-    with (stack_min_free_gb, lowered to what a CI machine late in its run is sure to have)."""
+    libraries from it, so it adds about 5 GB here (the rest of the lock, unpacked once; measured), not the
+    20 GiB a host's stack is planned with (stack_min_free_gb, lowered to what a CI machine late in its run
+    is sure to have)."""
     extravars = {"stack_root": str(tmp_path / "stacks"), "stack_wheel_cache_dir": str(tmp_path / "wheels"),
                  "stack_wheel_store": str(wheelhouse()), "stack_uv_cache_dir": str(uv_cache()),
                  "stack_min_free_gb": 4, "stack_find_links": [str(fill_from_lock())]}
