@@ -144,6 +144,9 @@ def test_site_provisions_a_second_stack_root_and_cache_beside_the_first(tmp_path
     assert first.rc == 0, first.stdout[-6000:]
     summary = first.task("localhost", "Show the host summary")["msg"]
     assert any(line.startswith("os: ") for line in summary)
+    assert "sglang: 0.5.23" in summary[-2], summary
+    assert summary[-2].startswith("kernel: sglang-kernel "), summary
+    assert summary[-1].startswith("skipped for want of a GPU: the kernel import test (no usable GPU"), summary
     stacks = [p.name for p in (tmp_path / "stacks").iterdir()]
     assert "current" in stacks
     assert len(stacks) == 2, stacks
