@@ -7,6 +7,9 @@ STAMP := $(VENV)/.requirements-installed
 INVENTORY ?= inventory/local
 PLAYBOOKS := $(wildcard playbooks/*.yml)
 PYTEST_ARGS ?=
+# make test runs pytest on this many xdist workers (--dist loadgroup: every fleet test on one worker, in
+# order; the other tests beside it). 1 runs it serially.
+PYTEST_WORKERS ?= 2
 
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
@@ -57,7 +60,8 @@ test: setup
 	@rm -rf $(TIMING_DIR)
 	@$(TIMED) lint -- $(MAKE) --no-print-directory lint \
 	  && $(TIMED) syntax -- $(MAKE) --no-print-directory syntax \
-	  && $(TIMED) pytest -- $(BIN)/python -m pytest --timing-json=$(TIMING_DIR)/pytest-report.json $(PYTEST_ARGS); \
+	  && $(TIMED) pytest -- $(BIN)/python -m pytest --timing-json=$(TIMING_DIR)/pytest-report.json \
+	    $(if $(filter-out 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS); \
 	  status=$$?; echo; $(BIN)/python bench/ci_timing.py summary $(TIMING_DIR); exit $$status
 
 lint: ruff ansible-lint

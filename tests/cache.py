@@ -8,6 +8,8 @@ re-create an entry when its key changes.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import subprocess
 import sys
@@ -33,6 +35,16 @@ def cache_dir(*parts: str) -> Path:
 def wheelhouse() -> Path:
     """The shared wheel directory (torch, sglang-kernel, nvidia-cuda-* ...) used by tests and the fleet."""
     return cache_dir("wheelhouse")
+
+
+@contextlib.contextmanager
+def wheelhouse_lock(dest: Path | None = None):
+    """Held while wheels are written into ``dest`` (the wheelhouse): under ``pytest -n`` the fleet worker and
+    another worker may fill it at once, and one must not read a wheel the other is still writing."""
+    dest = dest or wheelhouse()
+    with open(dest / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield dest
 
 
 def uv_cache() -> Path:
@@ -107,5 +119,6 @@ def pip_download(requirements: list[str], dest: Path | None = None, *, deps: boo
            "--only-binary=:all:", "--dest", str(dest), *(extra_args or [])]
     if not deps:
         cmd.append("--no-deps")
-    subprocess.run([*cmd, *requirements], check=True, timeout=timeout)
+    with wheelhouse_lock(dest):
+        subprocess.run([*cmd, *requirements], check=True, timeout=timeout)
     return dest

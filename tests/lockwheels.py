@@ -12,7 +12,7 @@ from pathlib import Path
 from ansible.module_utils.pylock import read_lock, select, split_tools
 from ansible.module_utils.wheel_fetch import fetch_all
 from ansible_run import REPO_ROOT
-from cache import wheelhouse
+from cache import wheelhouse_lock
 
 STABLE_LOCK = REPO_ROOT / "profiles" / "pylock.stable.toml"
 
@@ -33,6 +33,6 @@ def stack_versions(machine: str = "x86_64") -> dict[str, str]:
 
 def fill_from_lock() -> Path:
     """Every file of the stable lock for this machine in the wheelhouse; returns the wheelhouse."""
-    house = wheelhouse()
-    fetch_all(lock_files(), str(house))
+    with wheelhouse_lock() as house:
+        fetch_all(lock_files(), str(house))
     return house

