@@ -135,7 +135,7 @@ def test_verify_in_check_mode_changes_nothing_on_the_hosts(fleet, fleet_stack, t
 
 def reproduce(fleet_stack, lock_file, hosts, **kwargs):
     return fleet_stack.run(playbook=REPRODUCE, reproduce_lock=str(lock_file), reproduce_hosts=",".join(hosts),
-                           reproduce_unit_paths=UNITS, **kwargs)
+                           stack_reproduce_unit_paths=UNITS, **kwargs)
 
 
 def mark(fleet, hosts, marker="/run/reproduce-marker"):
