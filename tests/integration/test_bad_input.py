@@ -188,6 +188,21 @@ def test_good_models_pass_preflight(tmp_path):
     assert "sglang_service_api_key" in result.task("localhost", VARIABLES)["checked"]
 
 
+def test_extra_packages_for_a_locked_stack_are_refused_before_any_change(tmp_path):
+    """A stack from its lock holds exactly the lock's files: sglang_service's extra packages would be left
+    out without a word, so preflight refuses them, naming them and the two ways out."""
+    host_vars = """\
+        sglang_service_extra_packages: ["py-spy==0.4.3"]
+        """
+    message = run_unchanged(tmp_path, "site.yml", inventory(tmp_path, host_vars),
+                            "Refuse extra packages for a stack installed from its lock")
+    assert message == (
+        "localhost: sglang_service_extra_packages (py-spy==0.4.3) cannot go into a stack installed from its "
+        "profile's lock, which holds exactly the lock's files: they would not be installed. Leave them "
+        "out, or set stack_use_lock: false to resolve the stack on the host from the profile's pins with "
+        "them (not reproducible). Nothing was changed.")
+
+
 LOCAL = REPO_ROOT / "inventory" / "local"
 
 
