@@ -31,7 +31,7 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 def test_example_inventory_passes_without_contacting_hosts():
     result = run_playbook(PREFLIGHT, REPO_ROOT / "inventory" / "example", cmdline=NO_CONNECT)
     assert result.rc == 0, result.stdout
-    hosts = {"bw-01", "bw-02", "b200-01", "h200-01", "build-01"}
+    hosts = {"bw-01", "bw-02", "b200-01", "h200-01", "gw-01", "build-01"}
     assert set(result.results) == hosts
     for host in hosts:
         checked = result.task(host, CHECK_TASK)

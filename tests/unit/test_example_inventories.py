@@ -52,3 +52,17 @@ def test_the_kimi_example_has_the_hosts_its_jobs_need():
     assert list(hosts["builders"]["hosts"]) == ["kimi-build-01"]
     common = yaml.safe_load((INVENTORIES / "kimi-k2.5" / "group_vars" / "all.yml").read_text())
     assert common["sglang_service_gateway_model"] == "kimi"
+
+
+def test_the_generic_example_has_the_groups_site_and_rolling_rebuild_target():
+    hosts = yaml.safe_load((INVENTORIES / "example" / "hosts.yml").read_text())["all"]["children"]
+    assert list(hosts["sglang_replicas"]["children"]) == ["blackwell"]
+    assert list(hosts["sglang_gateway"]["hosts"]) == ["gw-01"]
+    assert list(hosts["builders"]["hosts"]) == ["build-01"]
+    served: dict[str, list[str]] = {}
+    for entry in model_entries():
+        if entry.inventory == "example":
+            served.setdefault(entry.group, []).append(entry.model["name"])
+    assert served == {"b200": ["chat"], "blackwell": ["chat"], "hopper": ["embed"]}
+    common = yaml.safe_load((INVENTORIES / "example" / "group_vars" / "all.yml").read_text())
+    assert common["sglang_service_gateway_model"] in served["blackwell"]
