@@ -358,8 +358,8 @@ def test_a_rollout_whose_controller_is_killed_twice_converges_when_run_again(job
     """SIGKILL of ansible-playbook (its whole process group: the controller dies) in a rollout to D (C with
     another flashinfer pin: a new fingerprint, the same kernel build), first while host 1's new stack is
     half-staged, then, in the next run, while host 1 is out of rotation and draining. A third run, under
-    client load, puts every host on D, healthy and in rotation, dropping no request; the run after it
-    changes nothing."""
+    client load, puts every host on D, healthy and in rotation, dropping no request. (That a run after a
+    converged one changes nothing is shown by the put-back test above.)"""
     h1 = jobs.models[0]
     (jobs.workdir / "d").mkdir(exist_ok=True)
     jobs.use_profile(profile_file(jobs.workdir / "d", "rollout", **{
@@ -397,13 +397,6 @@ def test_a_rollout_whose_controller_is_killed_twice_converges_when_run_again(job
     assert jobs.gateway_workers() == {jobs.worker_url(h): True for h in jobs.models}
     assert client.failures == [], client.failures[:10]
     assert client.ok > 0
-
-    third = play(jobs, ROLLOUT, timeout=1800)
-    assert third.rc == 0, third.stdout[-6000:]
-    assert {h: r["result"] for h, r in summary(third).items()} == dict.fromkeys(
-        jobs.models, "unchanged (already on it)")
-    assert not any(third.stats.get("changed", {}).get(h) for h in jobs.models), [
-        (h, r["task"]) for h in jobs.models for r in third.results[h] if r.get("changed")]
 
 
 class RotationWatch(threading.Thread):

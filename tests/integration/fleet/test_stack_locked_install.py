@@ -40,6 +40,12 @@ def locked(fleet, fleet_play, tmp_path_factory):
     fill_wheelhouse()  # the kernel role's build tools
     house = fill_from_lock()  # the lock's files into the served wheelhouse (once per cache)
     host = fleet.hosts[-1]["name"]
+    # This module runs last on the session fleet: the stacks the earlier modules left on its hosts (and
+    # the uv caches and wheel stores they filled) go, so the real locked stack has the disk (a CI machine
+    # ran out of it here). The hosts' uv tool stays.
+    for each in fleet.hosts:
+        fleet.ssh(each["name"], "rm -rf /opt/sglang/stacks /opt/sglang-service-test /opt/sglang-kernel-test "
+                                "/var/cache/sglang", check=False)
     for path, content in HOSTILE.items():
         fleet.ssh(host, f"mkdir -p {Path(path).parent} && cat > {path} <<'EOF'\n{content}EOF")
     hostile_controller = tmp_path_factory.mktemp("hostile") / "pip.conf"
