@@ -6,14 +6,9 @@ Results come back per host and per task, so tests assert on real module output (
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,36 +101,3 @@ def run_module(module: str, args: dict | None = None, *, check: bool = False,
 _BIN = str(Path(sys.executable).parent)
 if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
     os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
-
-
-def run_until_task(playbook: str | Path, inventory: str | Path, task: str, *, delay: float = 1.0,
-                   envvars: dict | None = None, timeout: int = 1800) -> str:
-    """Run ``ansible-playbook`` and kill it with SIGKILL, the whole process group (a controller that
-    dies), ``delay`` seconds after the banner of ``task`` (``role : name`` for a role's task) first
-    appears. Returns what it printed until then; fails when the run ends before ``task`` starts."""
-    env = {**os.environ, **_env(envvars), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([os.path.join(_BIN, "ansible-playbook"), "-i", str(inventory), str(playbook)],
-                            env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-
-    def kill() -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-
-    watchdog = threading.Timer(timeout, kill)
-    watchdog.start()
-    lines: list[str] = []
-    try:
-        for line in proc.stdout:
-            lines.append(line)
-            if line.startswith(f"TASK [{task}]"):
-                time.sleep(delay)
-                kill()
-                proc.wait()
-                return "".join(lines)
-    finally:
-        watchdog.cancel()
-        kill()
-        proc.wait()
-    raise AssertionError(f"the run ended (rc {proc.returncode}) before task {task!r} started:\n"
-                         + "".join(lines[-60:]))
