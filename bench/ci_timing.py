@@ -40,7 +40,7 @@ SLOWEST = 10
 # pytest's closing line: "==== 2 failed, 1827 passed, 3 skipped in 3540.12s (0:59:00) ====".
 CLOSING = re.compile(r"^=+ (?P<counts>.*?) in (?P<seconds>[\d.]+)s(?: \([\d:]+\))? =+$")
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected|warnings?|rerun)\b")
-CI_ENDED = re.compile(r"^ci: make test (passed in|failed \(exit \d+\) after) (\d+) s$")
+CI_ENDED = re.compile(r"^ci: make test (passed in|failed \(exit \d+\) after) (\d+) s(?:; .*)?$")
 MAKE_FAILED = re.compile(r"^make: \*\*\* .*Error \d+")
 STAGE_ROW = re.compile(r"^\s*(" + "|".join(STAGES) + r")\s+(\d+\.\d) s\b")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -150,7 +150,24 @@ def render_summary(directory: Path) -> str:
         lines.append("slowest tests (setup + call + teardown):")
         lines += [f"  {test['seconds']:>8.1f} s  {stage_of(test['nodeid']):<11}  {test['nodeid']}"
                   + ("" if test["outcome"] == "passed" else f"  [{test['outcome']}]") for test in slowest]
+    disk = disk_line(directory)
+    if disk:
+        lines.append(disk)
     return "\n".join(lines)
+
+
+def disk_line(directory: Path) -> str:
+    """The free disk pytest saw (tests/conftest.py samples it every few seconds): at the start, the
+    least and during which test, at the end. Empty when the report has no disk record."""
+    report = _read_json(directory / "pytest-report.json")
+    disk = (report or {}).get("disk")
+    if not disk:
+        return ""
+    line = (f"disk free on {disk['path']}: {disk['start_free_gb']:.1f} GiB at the start, "
+            f"least {disk['least_free_gb']:.1f} GiB (during {disk['least_during']})")
+    if "end_free_gb" in disk:
+        line += f", {disk['end_free_gb']:.1f} GiB at the end"
+    return line
 
 
 # --- .ci/run logs --------------------------------------------------------------------------------------

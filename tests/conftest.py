@@ -12,13 +12,16 @@
   which pytest 9 no longer reads), and would spread the fleet tests like ``--dist load``.
 - ``--timing-json PATH`` (``make test`` passes it): each test's setup, call and teardown seconds and
   outcome, the collection and session wall time, as JSON; ``bench/ci_timing.py summary`` sums them per
-  stage and prints the slowest tests.
+  stage and prints the slowest tests. It also samples the free disk of the filesystem that holds the
+  test cache and the fleet hosts' layers (every 5 s, in a thread) and records the least seen and the
+  test that was running then: the fleet tests' stacks are GBs a host, and a CI machine ran out of disk.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -64,6 +67,20 @@ def pytest_configure(config):
         config.pluginmanager.register(TimingReport(Path(path)), "timing-json")
 
 
+DISK_SAMPLE_SECONDS = 5.0
+
+
+def _existing(path: Path) -> Path:
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def _free_gb(path: Path) -> float:
+    stat = os.statvfs(path)
+    return round(stat.f_bavail * stat.f_frsize / 2**30, 1)
+
+
 class TimingReport:
     """Seconds per test and phase, as pytest measured them. Session-scoped fixtures are finalized in
     the last test's teardown: that time is recorded apart (``session_teardown_seconds``), not charged
@@ -77,6 +94,24 @@ class TimingReport:
         self.collect_errors: list = []
         self.last_nodeid = None
         self.session_teardown_seconds = 0.0
+        self.current = "(collection)"
+        self.disk_path = _existing(Path(os.environ.get("SGLANG_FLEET_CACHE") or Path.home() / ".cache"))
+        self.disk = {"path": str(self.disk_path), "start_free_gb": _free_gb(self.disk_path)}
+        self.disk.update(least_free_gb=self.disk["start_free_gb"], least_during=self.current)
+        self.stop = threading.Event()
+        threading.Thread(target=self._sample_disk, name="disk-sampler", daemon=True).start()
+
+    def _sample_disk(self) -> None:
+        while not self.stop.wait(DISK_SAMPLE_SECONDS):
+            self._note_disk()
+
+    def _note_disk(self) -> None:
+        free = _free_gb(self.disk_path)
+        if free < self.disk["least_free_gb"]:
+            self.disk.update(least_free_gb=free, least_during=self.current)
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        self.current = nodeid
 
     @pytest.hookimpl(wrapper=True)
     def pytest_collection(self, session):
@@ -110,6 +145,9 @@ class TimingReport:
             test["outcome"] = "skipped"
 
     def pytest_sessionfinish(self, session, exitstatus):
+        self.stop.set()
+        self._note_disk()
+        self.disk["end_free_gb"] = _free_gb(self.disk_path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps({
             "wall_seconds": round(time.monotonic() - self.started, 3),
@@ -117,5 +155,6 @@ class TimingReport:
             "session_teardown_seconds": round(self.session_teardown_seconds, 3),
             "exitstatus": int(exitstatus),
             "collect_errors": self.collect_errors,
+            "disk": self.disk,
             "tests": list(self.tests.values()),
         }, indent=1) + "\n")

@@ -69,6 +69,7 @@ def test_a_sub_make_failure_alone_is_not_the_runs_result():
     ("ci: make test passed in 1499 s", "passed", 1499),
     ("ci: make test failed (exit 2) after 61 s", "failed", 61),
     ("ci: make test failed (exit 130) after 0 s", "failed", 0),
+    ("ci: make test failed (exit 2) after 4807 s; disk: 3.1G free of 252G on /", "failed", 4807),
     ("ci: make test passed in s", "unfinished", None),
     ("ci: make test failed after 61 s", "unfinished", None),
     ("xci: make test passed in 1 s", "unfinished", None),
@@ -258,6 +259,40 @@ def test_summary_of_a_full_run(tmp_path):
     # ties (the unit tests at 0.5 s) in node id order
     assert slowest[5:] == [f"       0.5 s  unit         tests/unit/test_u.py::test_{n}"
                            for n in (0, 1, 10, 11, 2)]
+
+
+def test_summary_ends_with_the_least_free_disk_and_the_test_running_then(tmp_path):
+    disk = {"path": "/var/tmp/cache", "start_free_gb": 45.25, "least_free_gb": 9.8,
+            "least_during": "tests/integration/fleet/test_f.py::test_site", "end_free_gb": 44.0}
+    summary = ci_timing.render_summary(write_timing(tmp_path, report=full_report(disk=disk))).splitlines()
+    assert summary[-1] == ("disk free on /var/tmp/cache: 45.2 GiB at the start, least 9.8 GiB "
+                           "(during tests/integration/fleet/test_f.py::test_site), 44.0 GiB at the end")
+    # a report of a killed session has no end figure; one without a disk record prints no disk line
+    del disk["end_free_gb"]
+    last = ci_timing.render_summary(write_timing(tmp_path / "killed", report=full_report(disk=disk)))
+    assert last.splitlines()[-1].endswith("(during tests/integration/fleet/test_f.py::test_site)")
+    plain = ci_timing.render_summary(write_timing(tmp_path / "plain", report=full_report()))
+    assert "disk free" not in plain
+
+
+def test_the_timing_report_samples_the_free_disk_and_names_the_test(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("tests_conftest", REPO_ROOT / "tests" / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    frees = iter([50.0, 20.0, 30.0, 35.0, 40.0])
+    monkeypatch.setattr(conftest, "_free_gb", lambda path: next(frees))
+    monkeypatch.setattr(conftest, "DISK_SAMPLE_SECONDS", 3600.0)  # no sample from the thread here
+    monkeypatch.setenv("SGLANG_FLEET_CACHE", str(tmp_path / "not" / "made"))
+    report = conftest.TimingReport(tmp_path / "report.json")
+    assert report.disk["path"] == str(tmp_path)  # the nearest directory that exists
+    report.pytest_runtest_logstart("tests/t.py::test_big", ("tests/t.py", 1, "test_big"))
+    report._note_disk()  # 20.0: the least, during test_big
+    report.pytest_runtest_logstart("tests/t.py::test_small", ("tests/t.py", 2, "test_small"))
+    report._note_disk()  # 30.0: not less
+    report.pytest_sessionfinish(None, 0)  # its own last sample (35.0), then the end figure (40.0)
+    disk = json.loads((tmp_path / "report.json").read_text())["disk"]
+    assert disk == {"path": str(tmp_path), "start_free_gb": 50.0, "least_free_gb": 20.0,
+                    "least_during": "tests/t.py::test_big", "end_free_gb": 40.0}
 
 
 def test_summary_parses_back_from_a_log(tmp_path):
