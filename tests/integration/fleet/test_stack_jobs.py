@@ -190,14 +190,17 @@ def test_reproduce_in_check_mode_changes_nothing(fleet, fleet_stack, lock):
 
 @pytest.fixture(scope="module")
 def reproduced(fleet, fleet_stack, lock):
-    """reproduce.yml of host 1's lock onto host 3, timed, after host 3's stacks are removed ("no stack
-    at all": a whole CUDA torch stack to install; it also keeps the disk peak at one stack plus the
-    copied wheels, ~10 GB, instead of two stacks). Host 3 stays on the reproduced stack: nothing after
-    this module uses fleet_stack's stack there."""
+    """reproduce.yml of host 1's lock onto host 3, timed, after host 3's stacks and its uv cache are
+    removed ("no stack at all": a whole CUDA torch stack to install). The uv cache goes too: it holds the
+    old stack's files (the stack's are hardlinks to them), and reproduce installs from other sources
+    (the copied wheels), so uv would unpack a second copy beside them: with it kept, this host held the
+    old files, the copied wheels and the new copy at the peak (~18 GB), and a CI machine ran out of
+    disk here. Host 3 stays on the
+    reproduced stack: nothing after this module uses fleet_stack's stack there."""
     source, path = lock
     host = fleet_stack.hosts[2]
     locked = yaml.safe_load(path.read_text())["stack"]["name"]
-    fleet.ssh(host, f"rm -rf {fleet_stack.root}/*")
+    fleet.ssh(host, f"rm -rf {fleet_stack.root}/* /var/cache/sglang")
     assert fleet_stack.current(host) == ""
     assert fleet_stack.stacks(host) == []
     started = time.monotonic()
