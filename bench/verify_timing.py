@@ -76,8 +76,8 @@ def main() -> int:
         print(f"light stacks on {len(hosts)} hosts: {play(fleet, LIGHT_PLAY, forks=args.forks):.1f} s")
         # the wheel cache snapshot hashes is the wheelhouse itself (read only, only the lock's wheels)
         common = {"stack_wheel_cache_dir": str(wheelhouse())}
-        play(fleet, SNAPSHOT, snapshot_host=hosts[0], snapshot_name="light", snapshot_locks_dir=str(work),
-             **common)
+        play(fleet, SNAPSHOT, snapshot_host=hosts[0], snapshot_name="light",
+             stack_snapshot_locks_dir=str(work), **common)
         lock = work / "light.lock.yml"
         rows = []
         for size in sizes:

@@ -68,8 +68,8 @@ def faulty_fleet(fleet_base, tmp_path_factory):
         fleet.up(len(FAULTS), owner_pid=os.getpid())
         hosts = {n: h["name"] for n, h in enumerate(fleet.hosts, start=1)}
         play(fleet, LIGHT_PLAY)
-        play(fleet, SNAPSHOT, snapshot_host=hosts[7], snapshot_name="doctor", snapshot_locks_dir=str(work),
-             stack_wheel_cache_dir=str(wheelhouse()))
+        play(fleet, SNAPSHOT, snapshot_host=hosts[7], snapshot_name="doctor",
+             stack_snapshot_locks_dir=str(work), stack_wheel_cache_dir=str(wheelhouse()))
         stand_in_nvidia_smi(fleet, hosts[1], "nvml-mismatch")
         stand_in_nvidia_smi(fleet, hosts[2], "rtx-pro-6000-x8-acs")
         fleet.ssh(hosts[4], "rm /opt/sglang/stacks/current")

@@ -326,7 +326,7 @@ def test_reproduce_moves_a_host_onto_another_hosts_lock_and_gates_its_model(jobs
     h1, _h2, h3 = jobs.models
     locks = jobs.workdir / "locks"
     snap = play(jobs, SNAPSHOT, extravars={"snapshot_host": h1, "snapshot_name": "from-host-1",
-                                           "snapshot_locks_dir": str(locks)}, timeout=900)
+                                           "stack_snapshot_locks_dir": str(locks)}, timeout=900)
     assert snap.rc == 0, snap.stdout[-6000:]
     target, old = jobs.current(h1), jobs.current(h3)
     assert target != old

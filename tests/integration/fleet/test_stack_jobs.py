@@ -38,7 +38,7 @@ def lock(fleet_stack, tmp_path_factory):
     locks = tmp_path_factory.mktemp("locks")
     host = fleet_stack.hosts[0]
     result = fleet_stack.run(playbook=SNAPSHOT, snapshot_host=host, snapshot_name="jobs",
-                             snapshot_unit_paths=UNITS, snapshot_locks_dir=str(locks))
+                             stack_snapshot_unit_paths=UNITS, stack_snapshot_locks_dir=str(locks))
     assert result.rc == 0, result.stdout[-4000:]
     return host, locks / "jobs.lock.yml"
 
