@@ -39,7 +39,8 @@ def _type_problem(value, spec, where):
         if isinstance(value, str) and value.strip().lower() in _BOOL_STRINGS:
             meant = "true" if value.strip().lower() in ("yes", "true", "on", "y", "1") else "false"
             return (f"{where} is the string {value!r}, not a boolean; write {meant} without quotes "
-                    "(a quoted string is true in a `when:`, even \"false\")")
+                    "(a quoted string is true in a `when:`, even \"false\"); on the command line "
+                    "-e NAME=true passes a string: give JSON, -e '{\"NAME\": true}'")
         return f"{where} must be a boolean (true/false), got {type(value).__name__} {value!r}"
     if expected in ("str", "path"):
         if isinstance(value, str):

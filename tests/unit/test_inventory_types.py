@@ -13,7 +13,8 @@ from ansible.module_utils.inventory_rules import (
 )
 
 QUOTE = " so it is not read as a number or boolean"
-WHEN = " without quotes (a quoted string is true in a `when:`, even \"false\")"
+WHEN = (" without quotes (a quoted string is true in a `when:`, even \"false\"); on the command line "
+        "-e NAME=true passes a string: give JSON, -e '{\"NAME\": true}'")
 NESTED = {"type": "dict", "options": {"port": {"type": "int"},
                                       "nested": {"type": "dict", "options": {"on": {"type": "bool"}}}}}
 
