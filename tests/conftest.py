@@ -27,6 +27,7 @@ from pathlib import Path
 
 import ansible.module_utils
 import pytest
+from cache import cache_root
 from xdist.scheduler import LoadGroupScheduling
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -70,12 +71,6 @@ def pytest_configure(config):
 DISK_SAMPLE_SECONDS = 5.0
 
 
-def _existing(path: Path) -> Path:
-    while not path.exists():
-        path = path.parent
-    return path
-
-
 def _free_gb(path: Path) -> float:
     stat = os.statvfs(path)
     return round(stat.f_bavail * stat.f_frsize / 2**30, 1)
@@ -95,7 +90,7 @@ class TimingReport:
         self.last_nodeid = None
         self.session_teardown_seconds = 0.0
         self.current = "(collection)"
-        self.disk_path = _existing(Path(os.environ.get("SGLANG_FLEET_CACHE") or Path.home() / ".cache"))
+        self.disk_path = cache_root()
         self.disk = {"path": str(self.disk_path), "start_free_gb": _free_gb(self.disk_path)}
         self.disk.update(least_free_gb=self.disk["start_free_gb"], least_during=self.current)
         self.stop = threading.Event()

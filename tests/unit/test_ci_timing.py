@@ -282,16 +282,16 @@ def test_the_timing_report_samples_the_free_disk_and_names_the_test(tmp_path, mo
     frees = iter([50.0, 20.0, 30.0, 35.0, 40.0])
     monkeypatch.setattr(conftest, "_free_gb", lambda path: next(frees))
     monkeypatch.setattr(conftest, "DISK_SAMPLE_SECONDS", 3600.0)  # no sample from the thread here
-    monkeypatch.setenv("SGLANG_FLEET_CACHE", str(tmp_path / "not" / "made"))
+    monkeypatch.setenv("SGLANG_FLEET_CACHE", str(tmp_path / "cache"))
     report = conftest.TimingReport(tmp_path / "report.json")
-    assert report.disk["path"] == str(tmp_path)  # the nearest directory that exists
+    assert report.disk["path"] == str(tmp_path / "cache")  # the test cache's root, made if missing
     report.pytest_runtest_logstart("tests/t.py::test_big", ("tests/t.py", 1, "test_big"))
     report._note_disk()  # 20.0: the least, during test_big
     report.pytest_runtest_logstart("tests/t.py::test_small", ("tests/t.py", 2, "test_small"))
     report._note_disk()  # 30.0: not less
     report.pytest_sessionfinish(None, 0)  # its own last sample (35.0), then the end figure (40.0)
     disk = json.loads((tmp_path / "report.json").read_text())["disk"]
-    assert disk == {"path": str(tmp_path), "start_free_gb": 50.0, "least_free_gb": 20.0,
+    assert disk == {"path": str(tmp_path / "cache"), "start_free_gb": 50.0, "least_free_gb": 20.0,
                     "least_during": "tests/t.py::test_big", "end_free_gb": 40.0}
 
 
