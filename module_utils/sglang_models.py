@@ -3,7 +3,10 @@
 Preflight runs this for every host: each entry through the same rules the service role renders it
 with (``sglang_cmdline.render``: types, speculative settings, multi-node groups, and backends against
 the host's target capabilities), then what only the whole list shows: two entries with one name (the
-second would overwrite the first's unit) and two entries that serve HTTP on one port.
+second would overwrite the first's unit) and two entries that serve HTTP on one port. Preflight runs
+before the model_weights stage, so an entry that names ``weights`` / ``draft_weights`` has each source
+checked (``model_weights.parse_source``) and is rendered with a stand-in for the directory it will be
+staged in.
 
 The capabilities are the stack's targets, resolved the way the stack role resolves them
 (``stack_profile.resolve_targets``: the inventory's gpu_capability, else the host's GPUs, else the
@@ -14,6 +17,7 @@ Stdlib only, Python 3.8+ (runs on managed hosts).
 """
 
 from ansible.module_utils.cuda_arch import ArchError
+from ansible.module_utils.model_weights import WeightsError, parse_source
 from ansible.module_utils.sglang_cmdline import DEFAULT_PORT, ConfigError, render
 from ansible.module_utils.stack_profile import DEFAULT_TARGETS, resolve_targets
 
@@ -41,6 +45,20 @@ def model_targets(gpu_capability="", gpu_capabilities=(), gpus_read=False, defau
     return targets, _SOURCES[source]
 
 
+def planned_staging(model, prefix):
+    """{name: {model_path, draft_model_path}} the model_weights stage will publish for the entry, with
+    a placeholder for each directory (not staged yet), after checking each source it names."""
+    planned = {}
+    for key, path_key in (("weights", "model_path"), ("draft_weights", "draft_model_path")):
+        if model.get(key):
+            try:
+                parse_source(model[key], f"{prefix}.{key}")
+            except WeightsError as exc:
+                raise ConfigError(str(exc)) from None
+            planned[path_key] = f"/staged-by-model_weights/{key}"
+    return {model.get("name"): planned} if planned else {}
+
+
 def check_models(models, capabilities=(), groups=None, *, hostname=""):
     """Every problem with one host's model list, each naming the entry (at most one per entry, then clashes).
 
@@ -55,8 +73,10 @@ def check_models(models, capabilities=(), groups=None, *, hostname=""):
         prefix = f"{VARIABLE}[{index}]"
         group_hosts = list(groups.get(model.get("nodes_group"), ())) if isinstance(model, dict) else []
         try:
+            staged = planned_staging(model, prefix) if isinstance(model, dict) else None
             server = render(model, capabilities, group_hosts, hostname=hostname,
-                            rank0_address=group_hosts[0] if group_hosts else "", prefix=prefix)
+                            rank0_address=group_hosts[0] if group_hosts else "", prefix=prefix,
+                            staged=staged)
         except ConfigError as exc:
             problems.append(str(exc))
             continue

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.sglang_models import check_host_models, check_models, model_targets
+from ansible.module_utils.sglang_models import check_host_models, check_models, model_targets, planned_staging
 
 M = "sglang_service_models"
 FA3_ON_12 = (f"{M}[0].attention_backend: fa3 has no kernels for capability 12.0 (model 'chat'): "
@@ -155,3 +155,35 @@ def test_without_a_hostname_no_group_holds_the_host():
 def test_host_check_passes_the_groups_and_the_host_on():
     assert check_host_models("h2", [entry(nodes_group="g", tp_size=2)], {"g": ["h1", "h2"]}) == {
         "capabilities": [], "source": None, "problems": []}
+
+
+HUB = {"repo": "org/m", "revision": "v1"}
+
+
+def test_entries_with_weights_pass_before_anything_is_staged():
+    """Preflight runs before the model_weights stage: a weights source stands for its directory."""
+    models = [entry(weights=HUB, port=1),
+              entry("spec", port=2, weights={"path": "/data/t"}, draft_weights={"path": "/data/d"},
+                    speculative={"algorithm": "EAGLE3", "num_steps": 3, "eagle_topk": 1,
+                                 "num_draft_tokens": 4})]
+    assert check_models(models, ["12.0"]) == []
+
+
+def test_planned_staging_names_what_the_weights_stage_publishes():
+    assert planned_staging(entry(), f"{M}[0]") == {}
+    assert planned_staging(entry(weights=HUB), f"{M}[0]") == {
+        "chat": {"model_path": "/staged-by-model_weights/weights"}}
+    assert planned_staging(entry(weights=HUB, draft_weights={"path": "/d"}), f"{M}[0]") == {
+        "chat": {"model_path": "/staged-by-model_weights/weights",
+                 "draft_model_path": "/staged-by-model_weights/draft_weights"}}
+    assert planned_staging(entry(draft_weights={"path": "/d"}), f"{M}[0]") == {
+        "chat": {"draft_model_path": "/staged-by-model_weights/draft_weights"}}
+
+
+def test_a_bad_weights_source_is_a_problem_naming_the_entry():
+    models = [entry(weights={"repo": "org/m", "revision": "main"}),
+              entry("b", port=2, weights=HUB, draft_weights={"path": "rel"})]
+    assert check_models(models) == [
+        f"{M}[0].weights.revision: main is a branch and moves; pin a commit sha or a tag",
+        f"{M}[1].draft_weights.path: must be an absolute path, got 'rel'",
+    ]
