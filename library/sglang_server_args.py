@@ -58,9 +58,18 @@ options:
     description:
       - Where the model_weights role staged each entry's weights, by entry name, each a mapping with
         C(model_path) and C(draft_model_path). An entry with C(weights) (or C(draft_weights)) runs
-        from that directory with C(HF_HUB_OFFLINE=1); one not staged here is rejected.
+        from that directory with C(HF_HUB_OFFLINE=1); one not staged here is rejected unless
+        O(require_staged=false).
     type: dict
     default: {}
+  require_staged:
+    description:
+      - Reject an entry whose weights are not in O(staged), as writing a unit needs.
+      - False where only the addresses and ports are read (gating, probing, draining or restarting units
+        already written, with no weights stage in the play); such an entry's C(--model-path) is then a
+        placeholder, C(/staged-by-model_weights/weights).
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: full
@@ -137,6 +146,7 @@ def main():
             "python": {"type": "str", "default": "/opt/sglang/stacks/current/bin/python"},
             "launch_module": {"type": "str", "default": "sglang.launch_server"},
             "staged": {"type": "dict", "default": {}},
+            "require_staged": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
     )
@@ -144,7 +154,7 @@ def main():
     try:
         server = render(p["model"], p["capabilities"], p["group_hosts"], hostname=p["hostname"],
                         rank0_address=p["rank0_address"], prefix=p["variable"],
-                        staged=p["staged"])
+                        staged=p["staged"], require_staged=p["require_staged"])
     except ConfigError as exc:
         module.fail_json(msg=str(exc))
     except Exception as exc:  # never a traceback: say what failed

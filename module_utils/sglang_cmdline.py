@@ -194,10 +194,18 @@ def _multinode(model, group_hosts, hostname, rank0_address, prefix):
     return nnodes, group_hosts.index(hostname), f"{host}:{port}"
 
 
-def apply_staged(model, staged, prefix):
+def unstaged_path(key):
+    """What stands for the directory of ``key`` (weights, draft_weights) where only the addresses and
+    ports of a rendering are read: preflight (before the weights stage) and the entry points that gate,
+    probe, drain or restart units already written."""
+    return f"/staged-by-model_weights/{key}"
+
+
+def apply_staged(model, staged, prefix, require=True):
     """The entry with the weights the model_weights role staged: ``--model-path`` (and the draft's) the
     local directory, the served name kept (the entry's model_path, else the repository), and the Hub
-    offline, so a restart never reaches the network."""
+    offline, so a restart never reaches the network. ``require``: an entry not in ``staged`` is an error
+    (writing a unit); else its directory is ``unstaged_path``."""
     if not isinstance(model, dict) or not (model.get("weights") or model.get("draft_weights")):
         return model
     here = (staged or {}).get(model.get("name"), {})
@@ -206,8 +214,10 @@ def apply_staged(model, staged, prefix):
         if not model.get(key):
             continue
         if not here.get(path_key):
-            raise ConfigError(f"{_var(prefix, key)}: not staged on this host; run the model_weights role "
-                              f"before sglang_service (playbooks/site.yml does)")
+            if require:
+                raise ConfigError(f"{_var(prefix, key)}: not staged on this host; run the model_weights "
+                                  f"role before sglang_service (playbooks/site.yml does)")
+            here = dict(here, **{path_key: unstaged_path(key)})
         if key == "weights":
             if not model.get("served_model_name"):
                 named = model.get("model_path") or (model["weights"] or {}).get("repo")
@@ -221,7 +231,7 @@ def apply_staged(model, staged, prefix):
 
 
 def render(model, capabilities=(), group_hosts=(), *, hostname="", rank0_address="",
-           prefix="sglang_service_models[0]", staged=None):
+           prefix="sglang_service_models[0]", staged=None, require_staged=True):
     """The server for one entry: {"args", "env", "rank", "nnodes", "serves_http", "port", "probe_host"}.
 
     ``args`` follow ``python -m sglang.launch_server``. ``capabilities`` are the host's target GPU
@@ -230,7 +240,7 @@ def render(model, capabilities=(), group_hosts=(), *, hostname="", rank0_address
     """
     if not isinstance(model, dict):
         raise ConfigError(f"{prefix}: must be a mapping, got {type(model).__name__}")
-    model = apply_staged(model, staged, prefix)
+    model = apply_staged(model, staged, prefix, require_staged)
     _check_types(model, prefix)
     if model.get("speculative") is not None:
         _check_speculative(model["speculative"], prefix)

@@ -18,7 +18,7 @@ Stdlib only, Python 3.8+ (runs on managed hosts).
 
 from ansible.module_utils.cuda_arch import ArchError
 from ansible.module_utils.model_weights import WeightsError, parse_source
-from ansible.module_utils.sglang_cmdline import DEFAULT_PORT, ConfigError, render
+from ansible.module_utils.sglang_cmdline import DEFAULT_PORT, ConfigError, render, unstaged_path
 from ansible.module_utils.stack_profile import DEFAULT_TARGETS, resolve_targets
 
 VARIABLE = "sglang_service_models"
@@ -55,7 +55,7 @@ def planned_staging(model, prefix):
                 parse_source(model[key], f"{prefix}.{key}")
             except WeightsError as exc:
                 raise ConfigError(str(exc)) from None
-            planned[path_key] = f"/staged-by-model_weights/{key}"
+            planned[path_key] = unstaged_path(key)
     return {model.get("name"): planned} if planned else {}
 
 

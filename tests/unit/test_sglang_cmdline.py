@@ -15,7 +15,7 @@ CASES = yaml.safe_load((Path(__file__).parent / "cases" / "sglang_cmdline.yml").
 def _render(case):
     return render(case["model"], case.get("capabilities", ()), case.get("group_hosts", ()),
                   hostname=case.get("hostname", ""), rank0_address=case.get("rank0_address", ""),
-                  staged=case.get("staged"))
+                  staged=case.get("staged"), require_staged=case.get("require_staged", True))
 
 
 def _contains_in_order(args, fragment):
