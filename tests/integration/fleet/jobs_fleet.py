@@ -8,6 +8,12 @@ through ``sglang_service_extra_packages`` into each new stack, with the parse-on
 (``mode="crash"``: the server crashes while loading unless told otherwise) stands for a new stack that
 fails its readiness gate.
 
+Every model names its weights (a tiny repository, pinned to a tag) on the Hub stand-in
+(tests/stand_ins/hub_server.py, bound to the fleet's bridge): site.yml's model_weights stage downloads them
+once per host into the weights root, and the units run from there with the Hub offline; the stand-in counts
+the requests, so a test can show that nothing after the first download asks it again. The downloader's
+venv gets the pinned huggingface_hub and its dependencies (``HUB_WHEELS``) from the fleet's wheelhouse.
+
 The inventory is a directory: the fleet's own, the groups and shared variables, host variables, and
 ``20-profile.yml`` naming the stack profile (rewritten between runs: the stack role refuses a profile
 given with -e).
@@ -38,6 +44,18 @@ from stackrun import STACK_WHEELS, fill_wheelhouse, seed_wheel_cache, stack_extr
 
 GATEWAY_PORT = 8000
 MODEL_PORT = 30000
+WEIGHTS_REPO, WEIGHTS_TAG, WEIGHTS_COMMIT = "org/stand-in", "v1", "5eed" + "0" * 36
+WEIGHTS_ROOT = "/var/lib/sglang/models"  # the model_weights role's default root
+# the downloader's venv on the hosts: the role's pinned huggingface_hub and what it needs, for the hosts'
+# Python (Debian 12's 3.11, as the controller's)
+HUB_WHEELS = [
+    "huggingface_hub=={}".format(yaml.safe_load(
+        (Path(__file__).resolve().parents[3] / "roles/model_weights/defaults/main.yml").read_text())[
+        "model_weights_huggingface_hub_version"]),
+    "anyio==4.16.0", "certifi==2026.10.19.post1", "click==8.5.1", "filelock==4.3.1", "fsspec==2026.9.0",
+    "h11==0.16.0", "hf_xet==1.8.0", "httpcore==1.0.9", "httpx==0.28.1", "idna==3.20", "packaging==26.4",
+    "pyyaml==6.0.4", "tqdm==4.70.1", "typing_extensions==4.16.0",
+]
 STAND_IN_DIST = "sglang-server-stand-in"
 _MODE_DEFAULT = 'os.environ.get("SGLANG_STAND_IN_MODE", "normal")'
 
@@ -80,7 +98,7 @@ def stand_in_wheel(dest: Path, mode: str = "") -> str:
 def prepare_wheels(fleet) -> dict:
     """Everything the hosts install, in the served wheelhouse; the stand-in requirements."""
     wheelhouse = fill_wheelhouse()
-    pip_download([UV, PY_SPY, *SMG_WHEELS, SGLANG, *PARSER_DEPENDENCIES])
+    pip_download([UV, PY_SPY, *SMG_WHEELS, SGLANG, *PARSER_DEPENDENCIES, *HUB_WHEELS])
     served = Path(fleet.state["wheelhouse"]["dir"])
     assert served.resolve() == wheelhouse.resolve(), "the jobs fleet serves the shared wheelhouse"
     return {"normal": stand_in_wheel(served), "crash": stand_in_wheel(served, "crash"), "dir": served}
@@ -138,8 +156,9 @@ def seed_uv_cache(fleet, workdir: Path) -> Path:
     return cache
 
 
-def model(**env) -> dict:
+def model(hub_url: str, **env) -> dict:
     return {"name": "main", "model_path": "/models/stand-in", "host": "0.0.0.0", "port": MODEL_PORT,
+            "weights": {"repo": WEIGHTS_REPO, "revision": WEIGHTS_TAG, "endpoint": hub_url},
             "extra_args": ["--enable-metrics"],
             # each request takes a while, so the rollout has requests in flight to wait for
             "env": {"SGLANG_STAND_IN_DELAY": "1", "SGLANG_STAND_IN_LATENCY": "0.2", **env}}
@@ -148,8 +167,9 @@ def model(**env) -> dict:
 class JobsFleet:
     """The 4-host scenario: inventory, profiles, and what the tests read back from the hosts."""
 
-    def __init__(self, fleet, workdir: Path, wheels: dict, kernel: dict):
+    def __init__(self, fleet, workdir: Path, wheels: dict, kernel: dict, hub):
         self.fleet = fleet
+        self.hub = hub
         self.workdir = workdir
         self.wheels = wheels
         self.kernel = kernel
@@ -186,13 +206,15 @@ class JobsFleet:
             "sgl_kernel_source_archive_sha256": self.kernel["sha256"],
             "sgl_kernel_source_mirror_url": self.kernel["mirror"],
             "sgl_kernel_progress_interval": 5,
+            "model_weights_pip_find_links": [self.fleet.wheelhouse_url], "model_weights_pip_no_index": True,
+            "model_weights_progress_step": 2,
         }
         groups = {"all": {"vars": shared, "children": {
             "sglang_replicas": {"hosts": {h: None for h in self.models}},
             "sglang_gateway": {"hosts": {self.gateway: None}}}}}
         (root / "10-groups.yml").write_text(yaml.safe_dump(groups))
         for host in [*self.models, self.gateway]:
-            values = {"sglang_service_models": [model()] if host in self.models else []}
+            values = {"sglang_service_models": [model(self.hub.url)] if host in self.models else []}
             values.update((host_vars or {}).get(host, {}))
             (root / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(values))
 
@@ -214,6 +236,19 @@ class JobsFleet:
 
     def stacks(self, host: str) -> list[str]:
         return sorted(set(self.ssh(host, "ls -1 /opt/sglang/stacks").split()) - {"current"})
+
+    @property
+    def weights_dir(self) -> str:
+        return f"{WEIGHTS_ROOT}/{WEIGHTS_REPO}/{WEIGHTS_TAG}"
+
+    def weights_files(self, host: str) -> dict[str, tuple[int, int, str]]:
+        """{relative path: (inode, size, mtime ns)} of every file under the host's weights directory."""
+        out = self.ssh(host, f"find {self.weights_dir} -type f -printf '%P %i %s %T@\\n'")
+        files = {}
+        for line in out.splitlines():
+            name, inode, size, mtime = line.rsplit(" ", 3)
+            files[name] = (int(inode), int(size), mtime)
+        return files
 
     def unit(self, host: str) -> dict:
         out = self.ssh(host, "systemctl show --property=ActiveState,MainPID,ActiveEnterTimestampMonotonic "

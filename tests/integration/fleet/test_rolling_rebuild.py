@@ -12,6 +12,10 @@ model. Last, playbooks/nvidia_driver.yml with a stand-in driver that needs a reb
 nvidia_driver_reboot_ok, naming all three, and with it walks them one at a time, each out of the gateway's
 rotation, drained, really rebooted (the host's container restarts), its driver checked, its model gated
 and back into rotation, under client load.
+
+Every model names its weights on the Hub stand-in: site.yml's first run downloads them once per host; from
+then on nothing (site.yml again, the rollouts, the rollback, reproduce, the driver's reboots) asks the Hub
+or rewrites a file of them, and every unit runs from the staged directory with the Hub offline.
 """
 
 from __future__ import annotations
@@ -30,12 +34,23 @@ import pytest
 from ansible_run import REPO_ROOT, PlayResult, run_playbook
 from fleet import Fleet
 from fleet_present import present
-from jobs_fleet import MODEL_PORT, ClientLoop, JobsFleet, kernel_source, prepare_wheels, seed_uv_cache
+from jobs_fleet import (
+    MODEL_PORT,
+    WEIGHTS_COMMIT,
+    WEIGHTS_REPO,
+    WEIGHTS_TAG,
+    ClientLoop,
+    JobsFleet,
+    kernel_source,
+    prepare_wheels,
+    seed_uv_cache,
+)
 from sglang_parser import PARSER_DEPENDENCIES
 from stackrun import profile_file
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "stand_ins"))
 import driver_apt_repo
+from hub_server import HubStandIn, Repo, make_repo
 
 pytestmark = pytest.mark.integration
 
@@ -69,15 +84,20 @@ DRIVER_VARS = {
 def jobs(fleet_base, tmp_path_factory):
     """4 hosts of this module's own (the session fleet has 3 and is shared), torn down at its end."""
     fleet = Fleet(f"rr{os.getpid() % 10**7}")
-    recorded = seeded = None
+    recorded = seeded = hub = None
     try:
         fleet.up(4, owner_pid=os.getpid())
         recorded = copy.deepcopy(fleet.state.data)
         workdir = tmp_path_factory.mktemp("jobs")
         wheels = prepare_wheels(fleet)
         seeded = seed_uv_cache(fleet, workdir)
-        yield JobsFleet(fleet, workdir, wheels, kernel_source(fleet, workdir))
+        hub = HubStandIn(bind=fleet.state["controller_ip"]).__enter__()
+        hub.add(Repo(WEIGHTS_REPO, make_repo(workdir / "weights-src", {"model.safetensors": 2 << 20}),
+                     WEIGHTS_COMMIT, tags={WEIGHTS_TAG}))
+        yield JobsFleet(fleet, workdir, wheels, kernel_source(fleet, workdir), hub)
     finally:
+        if hub is not None:
+            hub.__exit__(None, None, None)
         fleet.down()
         if seeded is not None:
             shutil.rmtree(seeded, ignore_errors=True)
@@ -108,9 +128,13 @@ def provisioned(jobs):
     first = play(jobs, SITE, timeout=2400)
     first.seconds = time.monotonic() - start
     assert first.rc == 0, first.stdout[-6000:]
+    asked_by_first = len(jobs.hub.requests)
     start = time.monotonic()
     second = play(jobs, SITE, timeout=1200)
     second.seconds = time.monotonic() - start
+    # what the later tests compare against: the staged files, and how often the Hub was asked
+    jobs.staged = {h: jobs.weights_files(h) for h in jobs.models}
+    jobs.hub_requests_after_site = (asked_by_first, len(jobs.hub.requests))
     print(f"\nsite.yml on 4 hosts: first run {first.seconds:.0f} s, second run {second.seconds:.0f} s; "
           f"disk per host (MiB): {jobs.disk_mib()}")
     return first, second
@@ -126,6 +150,23 @@ def test_site_converges_on_models_and_gateway_and_a_second_run_changes_nothing(j
         assert jobs.unit(host)["ActiveState"] == "active"
         assert jobs.healthy(host)
     assert jobs.gateway_workers() == {jobs.worker_url(h): True for h in jobs.models}
+    # the weights: downloaded by the first run, one directory per host, asked for by no later run
+    asked_by_first, asked_by_both = jobs.hub_requests_after_site
+    assert asked_by_first > 0, "the first run downloads the weights from the Hub stand-in"
+    assert asked_by_both == asked_by_first, jobs.hub.requests[asked_by_first:]
+    for host in jobs.models:
+        assert {"config.json", "tokenizer.json", "model.safetensors"} <= set(jobs.staged[host]), jobs.staged
+        assert jobs.staged[host]["model.safetensors"][1] == 2 << 20
+        assert served_from(jobs, host) == (jobs.weights_dir, "1")
+
+
+def served_from(jobs: JobsFleet, host: str) -> tuple[str, str]:
+    """The running model server's --model-path and HF_HUB_OFFLINE, read from its process."""
+    pid = jobs.unit(host)["MainPID"]
+    argv = jobs.ssh(host, f"tr '\\0' '\\n' < /proc/{pid}/cmdline").splitlines()
+    environ = jobs.ssh(host, f"tr '\\0' '\\n' < /proc/{pid}/environ").splitlines()
+    offline = [line.split("=", 1)[1] for line in environ if line.startswith("HF_HUB_OFFLINE=")]
+    return argv[argv.index("--model-path") + 1], offline[0] if offline else ""
 
 
 def verify_checks(jobs: JobsFleet, workdir, **kwargs) -> dict:
@@ -345,6 +386,18 @@ def test_reproduce_moves_a_host_onto_another_hosts_lock_and_gates_its_model(jobs
     assert after["MainPID"] != before["MainPID"], "the model unit was restarted onto the new stack"
     assert events(result, GATE_POLL) == [h3], "the readiness gate ran on the restarted unit"
     assert jobs.healthy(h3)
+
+
+def test_rollouts_rollback_and_reproduce_leave_the_staged_weights_alone(jobs, first_rollout):
+    """Weights live outside stacks: after the rollouts (one a rollback), a reproduce and their
+    restarts, every host has the very files site.yml downloaded (same inodes, sizes, times), the Hub
+    stand-in was not asked once more, and every unit, on whichever stack, runs from the staged directory,
+    offline."""
+    asked = jobs.hub_requests_after_site[1]
+    assert jobs.hub.requests[asked:] == [], "no run after site.yml may ask the Hub"
+    for host in jobs.models:
+        assert jobs.weights_files(host) == jobs.staged[host], host
+        assert served_from(jobs, host) == (jobs.weights_dir, "1")
 
 
 class RotationWatch(threading.Thread):
