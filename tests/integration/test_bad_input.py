@@ -113,6 +113,14 @@ CHAT = "{name: chat, model_path: /models/chat}"
      "1 problem with sglang_service_models: host localhost: sglang_service_models[1].name: 'chat' is also "
      "the name of sglang_service_models[0]; each model needs its own name (it names the unit "
      "sglang-chat.service)"),
+    # weights pinned to a branch: two hosts staging it a day apart could serve different weights
+    (f"""\
+     sglang_service_models:
+       - {CHAT}
+       - {{name: kimi, port: 30001, weights: {{repo: moonshotai/Kimi-K2.5, revision: main}}}}
+     """, MODELS_INVENTORY,
+     "1 problem with sglang_service_models: host localhost: sglang_service_models[1].weights.revision: main "
+     "is a branch and moves; pin a commit sha or a tag"),
 ])
 def test_served_models_refused_before_any_change(tmp_path, host_vars, stop_at, expected):
     message = run_unchanged(tmp_path, "site.yml", inventory(tmp_path, host_vars), stop_at)
