@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,8 +53,12 @@ def _env(extra: dict | None) -> dict:
 
 def run_playbook(playbook: str | Path | list, inventory: str | Path | None = None, *,
                  extravars: dict | None = None, check: bool = False, limit: str | None = None,
-                 envvars: dict | None = None, timeout: int = 1800, cmdline: str = "") -> PlayResult:
-    """Run a playbook (a path, or a list of plays) and collect per-host task results."""
+                 envvars: dict | None = None, timeout: int = 1800, cmdline: str = "",
+                 on_event: Callable[[dict], None] | None = None) -> PlayResult:
+    """Run a playbook (a path, or a list of plays) and collect per-host task results.
+
+    ``on_event``: called with each ansible-runner event as it arrives (e.g. to kill the controller at a
+    given task); every event is still kept for the result."""
     inventory = str(inventory or REPO_ROOT / "inventory" / "local")
     with tempfile.TemporaryDirectory(prefix="ansible-runner-") as private:
         if isinstance(playbook, (str, Path)):
@@ -71,6 +76,7 @@ def run_playbook(playbook: str | Path | list, inventory: str | Path | None = Non
             # ansible-runner replaces ANSIBLE_CACHE_PLUGIN with a jsonfile cache of its own unless told
             # the type: a caller's choice must hold
             fact_cache_type=env.get("ANSIBLE_CACHE_PLUGIN", "jsonfile"),
+            event_handler=None if on_event is None else lambda event: on_event(event) or True,
         )
         results: dict[str, list[dict]] = {}
         for event in runner.events:

@@ -7,14 +7,16 @@ first rollout moves to B (the test kernel package as a source build, real nvcc: 
 the second to C (another fingerprint: a flashinfer pin) with host 2's new stack carrying a stand-in that
 crashes at start, so its readiness gate fails and host 2 is rolled back to B while host 3 is never reached.
 Then playbooks/reproduce.yml puts a lock of host 1 (on C) onto host 3 (on B), restarting and gating its
-model. Last, playbooks/nvidia_driver.yml with a stand-in driver that needs a reboot on every model host
+model. A rollout back to B has its controller SIGKILLed twice (after host 1's gate, before its put-back;
+after host 3's drain, before its switch) and converges on the next run. Last, playbooks/nvidia_driver.yml
+with a stand-in driver that needs a reboot on every model host
 (tests/integration/fleet/nvidia_driver/stand_in.yml: no GPU here) refuses to reboot them without
 nvidia_driver_reboot_ok, naming all three, and with it walks them one at a time, each out of the gateway's
 rotation, drained, really rebooted (the host's container restarts), its driver checked, its model gated
 and back into rotation, under client load.
 
 Every model names its weights on the Hub stand-in: site.yml's first run downloads them once per host; from
-then on nothing (site.yml again, the rollouts, the rollback, reproduce, the driver's reboots) asks the Hub
+then on nothing (site.yml again, the rollouts, the rollback, reproduce) asks the Hub
 or rewrites a file of them, and every unit runs from the staged directory with the Hub offline.
 """
 
@@ -25,6 +27,7 @@ import copy
 import json
 import os
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -388,9 +391,83 @@ def test_reproduce_moves_a_host_onto_another_hosts_lock_and_gates_its_model(jobs
     assert jobs.healthy(h3)
 
 
+class KillAt:
+    """Kills the controller (SIGKILL to ansible-playbook's process group: the playbook and its workers,
+    as a controller that dies takes both) when ``task`` starts on ``host``, read from ansible-runner's
+    per-host task-start events, not from console text. A task's start event comes before its `when` is
+    read, so the task named must be one that runs: the rollout's task names are unique for this."""
+
+    def __init__(self, host: str, task: str):
+        self.host, self.task, self.killed = host, task, False
+
+    def __call__(self, event: dict) -> None:
+        data = event.get("event_data", {})
+        if self.killed or event.get("event") != "runner_on_start":
+            return
+        if (data.get("host"), data.get("task")) == (self.host, self.task):
+            group = os.getpgid(event["pid"])
+            assert group != os.getpgrp(), "ansible-playbook runs in a process group of its own"
+            self.killed = True
+            os.killpg(group, signal.SIGKILL)
+
+
+PUT_BACK = "Put the host back in the gateway's rotation"
+SWITCH = "Point current at the new stack (the old one is protected from retention)"
+
+
+def test_a_rollout_whose_controller_is_killed_converges_on_the_next_run(jobs, first_rollout):
+    """Back to profile B (h1 and h3 run C; h2 was rolled back to B), with the controller SIGKILLed
+    twice: once when h1 passed its gate and its put-back starts (h1 on B, out of rotation), once on
+    the re-run when h3 is out of rotation and drained and its switch starts (h3 still on C, out of
+    rotation). The run after that finishes the rollout: every host on B, healthy and in rotation; the
+    next run changes nothing. A client sends requests through the gateway the whole time: none fails."""
+    h1, h2, h3 = jobs.models
+    jobs.use_profile(jobs.workdir / "rollout.yml")  # B, the first rollout's profile
+    client = ClientLoop(f"http://{jobs.address[jobs.gateway]}:8000")
+    client.start()
+    try:
+        first_kill = KillAt(h1, PUT_BACK)
+        killed = play(jobs, ROLLOUT, timeout=1800, on_event=first_kill)
+        assert first_kill.killed, killed.stdout[-4000:]
+        assert killed.rc != 0, killed.stdout[-4000:]
+        b_stack = jobs.current(h1)
+        assert b_stack == jobs.current(h2) != jobs.current(h3), "h1 switched to B before the kill"
+        assert jobs.gateway_workers() == {jobs.worker_url(h): True for h in (h2, h3)}, "h1 is left out"
+
+        second_kill = KillAt(h3, SWITCH)
+        killed = play(jobs, ROLLOUT, timeout=1800, on_event=second_kill)
+        assert second_kill.killed, killed.stdout[-4000:]
+        assert killed.rc != 0, killed.stdout[-4000:]
+        assert jobs.current(h3) != b_stack, "h3 was killed before its switch"
+        assert jobs.gateway_workers() == {jobs.worker_url(h): True for h in (h1, h2)}, (
+            "the re-run put h1 back; h3 is left out")
+
+        finish = play(jobs, ROLLOUT, timeout=1800)
+    finally:
+        client.stop()
+    print(f"\nrollout C -> B killed twice, then finished: client requests through the gateway: "
+          f"{client.total} ({client.ok} ok, {len(client.failures)} failed)")
+    assert finish.rc == 0, finish.stdout[-6000:]
+    assert {h: r["result"] for h, r in summary(finish).items()} == {
+        h1: "unchanged (already on it)", h2: "unchanged (already on it)", h3: "updated"}
+    for host in jobs.models:
+        assert jobs.current(host) == b_stack
+        assert jobs.unit(host)["ActiveState"] == "active"
+        assert jobs.healthy(host)
+    assert jobs.gateway_workers() == {jobs.worker_url(h): True for h in jobs.models}
+    assert client.failures == [], client.failures[:10]
+    assert client.ok > 0
+
+    third = play(jobs, ROLLOUT, timeout=1800)
+    assert third.rc == 0, third.stdout[-6000:]
+    assert {h: r["result"] for h, r in summary(third).items()} == dict.fromkeys(
+        jobs.models, "unchanged (already on it)")
+    assert not any(third.stats.get("changed", {}).get(h) for h in jobs.models), [
+        (h, r["task"]) for h in jobs.models for r in third.results[h] if r.get("changed")]
+
 def test_rollouts_rollback_and_reproduce_leave_the_staged_weights_alone(jobs, first_rollout):
-    """Weights live outside stacks: after the rollouts (one a rollback), a reproduce and their
-    restarts, every host has the very files site.yml downloaded (same inodes, sizes, times), the Hub
+    """Weights live outside stacks: after the rollouts (one a rollback, one killed twice), a reproduce and
+    their restarts, every host has the very files site.yml downloaded (same inodes, sizes, times), the Hub
     stand-in was not asked once more, and every unit, on whichever stack, runs from the staged directory,
     offline."""
     asked = jobs.hub_requests_after_site[1]
