@@ -201,7 +201,7 @@ def unstaged_path(key):
     return f"/staged-by-model_weights/{key}"
 
 
-def apply_staged(model, staged, prefix, require=True):
+def apply_staged(model, staged, prefix, require):
     """The entry with the weights the model_weights role staged: ``--model-path`` (and the draft's) the
     local directory, the served name kept (the entry's model_path, else the repository), and the Hub
     offline, so a restart never reaches the network. ``require``: an entry not in ``staged`` is an error

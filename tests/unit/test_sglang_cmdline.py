@@ -13,9 +13,11 @@ CASES = yaml.safe_load((Path(__file__).parent / "cases" / "sglang_cmdline.yml").
 
 
 def _render(case):
+    # require_staged only where the case says (render's default, true, is what the other cases see)
+    extra = {"require_staged": case["require_staged"]} if "require_staged" in case else {}
     return render(case["model"], case.get("capabilities", ()), case.get("group_hosts", ()),
                   hostname=case.get("hostname", ""), rank0_address=case.get("rank0_address", ""),
-                  staged=case.get("staged"), require_staged=case.get("require_staged", True))
+                  staged=case.get("staged"), **extra)
 
 
 def _contains_in_order(args, fragment):
