@@ -527,3 +527,24 @@ def test_fetch_checks_a_git_blob_sha1_and_the_size_while_streaming(tmp_path, mir
     with pytest.raises(mw.WeightsError) as exc:
         mw.fetch_file(f"{source['url']}/tokenizer.json", {}, str(tmp_path), wrong)
     assert f": sha1 {git_blob_sha1(data)}, the source says {'0' * 40};" in str(exc.value)
+
+
+def test_partial_downloads_live_under_the_state_directory():
+    """Where a resume finds a partial file: beside the files, in the role's state directory (which the
+    staged-file listing and the manifest leave out)."""
+    assert mw.partial_path("/w/org/m/v1", "sub/model.safetensors") == (
+        "/w/org/m/v1/.model_weights/partial/sub/model.safetensors.part")
+
+
+def test_an_empty_file_is_present_not_missing(tmp_path):
+    (tmp_path / "empty").write_bytes(b"")
+    entry = {"name": "empty", "size": 0, "sha256": hashlib.sha256(b"").hexdigest()}
+    assert mw.mismatch(str(tmp_path / "empty"), entry) == ""
+    assert mw.mismatch(str(tmp_path / "gone"), entry) == "missing"
+
+
+def test_free_bytes_of_a_relative_path_not_made_yet_ends_at_the_root(tmp_path, monkeypatch):
+    """A relative path climbs to its first component, then to / (never loops on the empty name)."""
+    monkeypatch.chdir(tmp_path)
+    st = os.statvfs("/")
+    assert abs(mw.free_bytes("not/made") - st.f_bavail * st.f_frsize) < (64 << 20)
