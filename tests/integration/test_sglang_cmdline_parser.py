@@ -52,7 +52,7 @@ def _parse(argvs):
 def _render(case):
     return render(case["model"], case.get("capabilities", ()), case.get("group_hosts", ()),
                   hostname=case.get("hostname", ""), rank0_address=case.get("rank0_address", ""),
-                  staged=case.get("staged"))
+                  staged=case.get("staged"), require_staged=case.get("require_staged", True))
 
 
 def test_rendered_command_lines_parse_with_the_real_parser():
