@@ -219,6 +219,16 @@ def test_verify_finds_the_models_and_gateway_the_inventory_serves(jobs, provisio
         time.sleep(2)
 
 
+def assert_a_rollout_changes_nothing(jobs: JobsFleet) -> None:
+    """One more rolling_rebuild: every host unchanged, no task changed anything."""
+    again = play(jobs, ROLLOUT, timeout=1800)
+    assert again.rc == 0, again.stdout[-6000:]
+    assert {h: r["result"] for h, r in summary(again).items()} == dict.fromkeys(
+        jobs.models, "unchanged (already on it)")
+    assert not any(again.stats.get("changed", {}).get(h) for h in jobs.models), [
+        (h, r["task"]) for h in jobs.models for r in again.results[h] if r.get("changed")]
+
+
 def entry_point(name: str) -> list[dict]:
     """A play that runs one sglang_service entry point on its own, with nothing but the inventory."""
     return [{"hosts": "all", "gather_facts": False, "tasks": [{
@@ -250,12 +260,7 @@ def test_a_host_left_out_of_rotation_is_put_back_by_the_next_rollout(jobs, provi
     assert events(rerun, "Gate the host's models before it takes traffic again") == [left]
     assert jobs.gateway_workers() == {jobs.worker_url(h): True for h in jobs.models}
 
-    third = play(jobs, ROLLOUT, timeout=1800)
-    assert third.rc == 0, third.stdout[-6000:]
-    assert {h: r["result"] for h, r in summary(third).items()} == dict.fromkeys(
-        jobs.models, "unchanged (already on it)")
-    assert not any(third.stats.get("changed", {}).get(h) for h in jobs.models), [
-        (h, r["task"]) for h in jobs.models for r in third.results[h] if r.get("changed")]
+    assert_a_rollout_changes_nothing(jobs)
 
 
 @pytest.fixture(scope="module")
@@ -458,12 +463,8 @@ def test_a_rollout_whose_controller_is_killed_converges_on_the_next_run(jobs, fi
     assert client.failures == [], client.failures[:10]
     assert client.ok > 0
 
-    third = play(jobs, ROLLOUT, timeout=1800)
-    assert third.rc == 0, third.stdout[-6000:]
-    assert {h: r["result"] for h, r in summary(third).items()} == dict.fromkeys(
-        jobs.models, "unchanged (already on it)")
-    assert not any(third.stats.get("changed", {}).get(h) for h in jobs.models), [
-        (h, r["task"]) for h in jobs.models for r in third.results[h] if r.get("changed")]
+    assert_a_rollout_changes_nothing(jobs)
+
 
 def test_rollouts_rollback_and_reproduce_leave_the_staged_weights_alone(jobs, first_rollout):
     """Weights live outside stacks: after the rollouts (one a rollback, one killed twice), a reproduce and
