@@ -12,6 +12,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
@@ -107,6 +108,21 @@ def _exit_ssh_masters(name: str) -> None:
     for socket_path in sockets:
         # a literal ControlPath (no % tokens) names the master whatever the destination
         run(["ssh", "-o", f"ControlPath={socket_path}", "-O", "exit", "fleet-host"], check=False, timeout=10)
+        if socket_path.is_socket() and not _listening(socket_path):
+            socket_path.unlink()  # its master was killed (SIGKILL leaves the socket file): nothing to close
+
+
+def _listening(socket_path: Path) -> bool:
+    """Whether a process still accepts connections on the unix socket."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(5)
+        try:
+            probe.connect(str(socket_path))
+        except (ConnectionRefusedError, FileNotFoundError):
+            return False
+        except OSError:
+            return True  # something is there (a timeout, a full backlog): leave it to the check
+    return True
 
 
 def _propagate_dir(host: Dict) -> Optional[Path]:

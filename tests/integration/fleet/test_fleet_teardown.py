@@ -1,5 +1,5 @@
 """Teardown leaves nothing behind: after a clean `down`, after a failed boot, after the harness was
-killed mid-`up`, and when one teardown step fails.
+killed mid-`up` (its ssh masters too), and when one teardown step fails.
 
 The checks read the machine directly (fleet_present.py), not the harness's own leftovers().
 """
@@ -11,13 +11,14 @@ import errno
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from fleet import Fleet, FleetError, core
+from fleet import Fleet, FleetError, claims, core
 from fleet import host as hostlib
 from fleet import teardown as teardown_mod
 from fleet.state import fleets_root
@@ -120,6 +121,10 @@ def test_killed_harness_leaves_nothing_after_the_next_down(fleet_base):
         assert f"link {recorded['bridge']}" in found
         assert any(p.startswith("netns") for p in found)
         assert any(p.startswith("process") for p in found)
+        # a connection master killed with the harness (as CI's timeout kills the process group) leaves
+        # its socket file, which no `ssh -O exit` can close
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead_master:
+            dead_master.bind(str(claims.control_dir(name) / "killed-master"))
     finally:
         harness.kill()
         down = subprocess.run([sys.executable, str(HARNESS), "down", "--name", name], capture_output=True,
