@@ -18,7 +18,7 @@ Stdlib only, Python 3.8+ (runs on managed hosts).
 
 from ansible.module_utils.cuda_arch import ArchError
 from ansible.module_utils.model_weights import WeightsError, parse_source
-from ansible.module_utils.sglang_cmdline import DEFAULT_PORT, ConfigError, render, unstaged_path
+from ansible.module_utils.sglang_cmdline import DEFAULT_PORT, ConfigError, render
 from ansible.module_utils.stack_profile import DEFAULT_TARGETS, resolve_targets
 
 VARIABLE = "sglang_service_models"
@@ -45,18 +45,14 @@ def model_targets(gpu_capability="", gpu_capabilities=(), gpus_read=False, defau
     return targets, _SOURCES[source]
 
 
-def planned_staging(model, prefix):
-    """{name: {model_path, draft_model_path}} the model_weights stage will publish for the entry, with
-    a placeholder for each directory (not staged yet), after checking each source it names."""
-    planned = {}
-    for key, path_key in (("weights", "model_path"), ("draft_weights", "draft_model_path")):
+def check_sources(model, prefix):
+    """Check each weights source the entry names (``weights``, ``draft_weights``); ConfigError names it."""
+    for key in ("weights", "draft_weights"):
         if model.get(key):
             try:
                 parse_source(model[key], f"{prefix}.{key}")
             except WeightsError as exc:
                 raise ConfigError(str(exc)) from None
-            planned[path_key] = unstaged_path(key)
-    return {model.get("name"): planned} if planned else {}
 
 
 def check_models(models, capabilities=(), groups=None, *, hostname=""):
@@ -73,10 +69,12 @@ def check_models(models, capabilities=(), groups=None, *, hostname=""):
         prefix = f"{VARIABLE}[{index}]"
         group_hosts = list(groups.get(model.get("nodes_group"), ())) if isinstance(model, dict) else []
         try:
-            staged = planned_staging(model, prefix) if isinstance(model, dict) else None
+            if isinstance(model, dict):
+                check_sources(model, prefix)
+            # before the weights stage: render stands a placeholder in for each directory to be staged
             server = render(model, capabilities, group_hosts, hostname=hostname,
                             rank0_address=group_hosts[0] if group_hosts else "", prefix=prefix,
-                            staged=staged)
+                            require_staged=False)
         except ConfigError as exc:
             problems.append(str(exc))
             continue

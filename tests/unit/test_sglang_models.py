@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.sglang_models import check_host_models, check_models, model_targets, planned_staging
+from ansible.module_utils.sglang_cmdline import ConfigError
+from ansible.module_utils.sglang_models import check_host_models, check_models, check_sources, model_targets
 
 M = "sglang_service_models"
 FA3_ON_12 = (f"{M}[0].attention_backend: fa3 has no kernels for capability 12.0 (model 'chat'): "
@@ -169,15 +170,13 @@ def test_entries_with_weights_pass_before_anything_is_staged():
     assert check_models(models, ["12.0"]) == []
 
 
-def test_planned_staging_names_what_the_weights_stage_publishes():
-    assert planned_staging(entry(), f"{M}[0]") == {}
-    assert planned_staging(entry(weights=HUB), f"{M}[0]") == {
-        "chat": {"model_path": "/staged-by-model_weights/weights"}}
-    assert planned_staging(entry(weights=HUB, draft_weights={"path": "/d"}), f"{M}[0]") == {
-        "chat": {"model_path": "/staged-by-model_weights/weights",
-                 "draft_model_path": "/staged-by-model_weights/draft_weights"}}
-    assert planned_staging(entry(draft_weights={"path": "/d"}), f"{M}[0]") == {
-        "chat": {"draft_model_path": "/staged-by-model_weights/draft_weights"}}
+def test_check_sources_passes_good_sources_and_names_a_bad_one():
+    assert check_sources(entry(), f"{M}[0]") is None
+    assert check_sources(entry(weights=HUB, draft_weights={"path": "/d"}), f"{M}[0]") is None
+    with pytest.raises(ConfigError, match=r"^sglang_service_models\[3\]\.draft_weights\.path: must"):
+        check_sources(entry(weights=HUB, draft_weights={"path": "d"}), f"{M}[3]")
+    with pytest.raises(ConfigError, match=r"^sglang_service_models\[0\]\.weights\.revision: main is a"):
+        check_sources(entry(weights={"repo": "org/m", "revision": "main"}), f"{M}[0]")
 
 
 def test_a_bad_weights_source_is_a_problem_naming_the_entry():
