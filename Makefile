@@ -7,10 +7,15 @@ STAMP := $(VENV)/.requirements-installed
 INVENTORY ?= inventory/local
 PLAYBOOKS := $(wildcard playbooks/*.yml)
 PYTEST_ARGS ?=
-# PYTEST_WORKERS=N runs pytest on N xdist workers (--dist loadgroup: every fleet test on one worker, in
-# order; the other tests beside it). Serial by default: on the 2-core CI machine 2 workers made the whole
-# run slower (4,303 s against 3,631 s serial, measured): the fleet tests are CPU-bound, not waiting on I/O.
-PYTEST_WORKERS ?= 1
+# make test runs pytest twice: the unit and integration tests on PYTEST_WORKERS xdist workers (a module's
+# tests on one worker: module fixtures are built once), then the fleet tests (tests/integration/fleet/) on
+# FLEET_WORKERS: with 2, in two lanes side by side (tests/conftest.py: the rollout module and the small
+# harness modules on one worker, everything else in order on the other); with 1, all in order. Both runs
+# always run; either failing fails make test. PYTEST_ARGS goes to both (options: -x, -k, --lf; a path
+# would run in both).
+PYTEST_WORKERS ?= 2
+FLEET_WORKERS ?= 2
+FLEET_TESTS := tests/integration/fleet
 
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
@@ -52,17 +57,22 @@ bundle: setup
 	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/bundle.yml -e stack_profile=$(PROFILE) \
 	  -e "stack_bundle_platforms='$(PLATFORMS)'" -e "stack_bundle_dir='$(BUNDLE_DIR)'" $(BUNDLE_ARGS)
 
-# Each stage runs timed (bench/ci_timing.py time); pytest also writes each test's seconds. The summary
-# (seconds per stage, the ten slowest tests) is printed at the end, also when a stage failed; the recipe
-# then exits with that stage's status, so `make test` still fails. Stages stop at the first failure.
+# Each stage runs timed (bench/ci_timing.py time); each pytest run also writes each test's seconds. The
+# summary (seconds per stage, the ten slowest tests) is printed at the end, also when a stage failed; the
+# recipe then exits non-zero, so `make test` still fails. lint and syntax stop it at their failure; the
+# two pytest runs both run.
 TIMING_DIR := .cache/ci-timing
 TIMED := $(BIN)/python bench/ci_timing.py time --dir $(TIMING_DIR)
 test: setup
 	@rm -rf $(TIMING_DIR)
 	@$(TIMED) lint -- $(MAKE) --no-print-directory lint \
 	  && $(TIMED) syntax -- $(MAKE) --no-print-directory syntax \
-	  && $(TIMED) pytest -- $(BIN)/python -m pytest --timing-json=$(TIMING_DIR)/pytest-report.json \
-	    $(if $(filter-out 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS); \
+	  && { $(TIMED) pytest -- $(BIN)/python -m pytest --timing-json=$(TIMING_DIR)/pytest-report.json \
+	         --ignore=$(FLEET_TESTS) $(if $(filter-out 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile) $(PYTEST_ARGS); \
+	       rest=$$?; \
+	       $(TIMED) pytest-fleet -- $(BIN)/python -m pytest --timing-json=$(TIMING_DIR)/pytest-fleet-report.json \
+	         $(if $(filter-out 1,$(FLEET_WORKERS)),-n $(FLEET_WORKERS) --dist loadgroup) $(FLEET_TESTS) $(PYTEST_ARGS); \
+	       fleet=$$?; test $$rest = 0 && test $$fleet = 0; }; \
 	  status=$$?; echo; $(BIN)/python bench/ci_timing.py summary $(TIMING_DIR); exit $$status
 
 lint: ruff ansible-lint

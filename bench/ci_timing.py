@@ -5,10 +5,13 @@
     sudo .venv/bin/python bench/ci_timing.py compare REV_A REV_B [--modes cold,warm]
 
 `make test` times each stage with `time STAGE -- COMMAND` (lint = ruff + ansible-lint, syntax = the
-syntax-check loop, pytest) into DIR (default .cache/ci-timing/), and pytest writes each test's seconds
-there (`--timing-json`, tests/conftest.py). `summary` splits pytest's time by stage: fleet =
-tests/integration/fleet/ and tests/molecule/, integration = the rest of tests/integration/, unit =
-tests/unit/; what no test accounts for (start-up, collection, session-fixture teardown) is its own row.
+syntax-check loop, then its pytest runs: `pytest` for the unit and integration tests, `pytest-fleet` for
+the fleet tests) into DIR (default .cache/ci-timing/), and each pytest run NAME writes each test's seconds
+there as NAME-report.json (`--timing-json`, tests/conftest.py). `summary` adds the runs up and splits
+their time by stage: fleet = tests/integration/fleet/ and tests/molecule/, integration = the rest of
+tests/integration/, unit = tests/unit/; what no test accounts for (start-up, collection, session-fixture
+teardown) is its own row. `time` ends with a line naming the stage, its exit status and seconds; `parse`
+adds up the pytest counts of each pytest run it names.
 
 `compare` clones each revision into a fresh directory (`git clone`, so only committed work counts),
 runs its `.ci/run`, and prints the runs side by side: wall time, the pytest counts from its closing
@@ -28,7 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = Path(".cache") / "ci-timing"
@@ -41,6 +44,7 @@ SLOWEST = 10
 CLOSING = re.compile(r"^=+ (?P<counts>.*?) in (?P<seconds>[\d.]+)s(?: \([\d:]+\))? =+$")
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected|warnings?|rerun)\b")
 CI_ENDED = re.compile(r"^ci: make test (passed in|failed \(exit \d+\) after) (\d+) s(?:; .*)?$")
+STAGE_ENDED = re.compile(r"^ci_timing: (?P<stage>\S+) ended: exit \d+ after [\d.]+ s$")
 MAKE_FAILED = re.compile(r"^make: \*\*\* .*Error \d+")
 STAGE_ROW = re.compile(r"^\s*(" + "|".join(STAGES) + r")\s+(\d+\.\d) s\b")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -69,10 +73,21 @@ def time_command(directory: Path, stage: str, command: Sequence[str]) -> int:
         status = 127
     if status < 0:  # killed by a signal: report it the way a shell would
         status = 128 - status
+    seconds = round(time.monotonic() - started, 3)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / f"{stage}.json").write_text(json.dumps(
-        {"stage": stage, "seconds": round(time.monotonic() - started, 3), "status": status}) + "\n")
+        {"stage": stage, "seconds": seconds, "status": status}) + "\n")
+    print(f"ci_timing: {stage} ended: exit {status} after {seconds:.1f} s", flush=True)
     return status
+
+
+def pytest_runs(directory: Path) -> List[str]:
+    """The pytest runs recorded in DIR, in the order they started: NAME.json (the timed command) and/or
+    NAME-report.json (its per-test report), NAME being pytest or pytest-SOMETHING."""
+    names = {path.name[:-len("-report.json")] if path.name.endswith("-report.json") else path.stem
+             for path in directory.glob("pytest*.json")}
+    return sorted((name for name in names if name == "pytest" or name.startswith("pytest-")),
+                  key=lambda name: (name != "pytest", name))
 
 
 def _read_json(path: Path) -> Optional[dict]:
@@ -89,34 +104,47 @@ def stage_totals(directory: Path) -> Dict[str, dict]:
         record = _read_json(directory / f"{stage}.json")
         if record is not None:
             totals[stage] = {"seconds": record["seconds"], "status": record["status"]}
-    report = _read_json(directory / "pytest-report.json")
-    run = _read_json(directory / "pytest.json")
-    if report is None:
-        if run is not None:  # pytest ran but wrote no report (killed, or failed before its session)
-            totals["pytest"] = {"seconds": run["seconds"], "status": run["status"]}
-        return totals
-    accounted = 0.0
-    for test in report["tests"]:
-        seconds = test["setup"] + test["call"] + test["teardown"]
-        accounted += seconds
-        stage = totals.setdefault(stage_of(test["nodeid"]), {"seconds": 0.0, "tests": 0, "failed": 0})
-        stage["seconds"] += seconds
-        stage["tests"] += 1
-        stage["failed"] += test["outcome"] in ("failed", "error")
-    for nodeid in report["collect_errors"]:  # a module that failed to import: its tests never ran
-        stage = totals.setdefault(stage_of(nodeid), {"seconds": 0.0, "tests": 0, "failed": 0})
-        stage["failed"] += 1
-    wall = run["seconds"] if run is not None else report["wall_seconds"]
-    totals["pytest other"] = {"seconds": max(wall - accounted, 0.0),
-                              "collect": report["collect_seconds"],
-                              "session_teardown": report["session_teardown_seconds"]}
-    totals["pytest"] = {"seconds": wall, "status": run["status"] if run else report["exitstatus"]}
+    wall_total = accounted = collect = session_teardown = 0.0
+    status, reported = 0, False
+    for name in pytest_runs(directory):
+        report = _read_json(directory / f"{name}-report.json")
+        run = _read_json(directory / f"{name}.json")
+        wall = run["seconds"] if run is not None else (report or {}).get("wall_seconds", 0.0)
+        wall_total += wall
+        status = status or (run["status"] if run is not None else (report or {}).get("exitstatus", 0))
+        if report is None:  # pytest ran but wrote no report (killed, or failed before its session)
+            continue
+        reported = True
+        run_accounted = 0.0
+        for test in report["tests"]:
+            seconds = test["setup"] + test["call"] + test["teardown"]
+            run_accounted += seconds
+            stage = totals.setdefault(stage_of(test["nodeid"]), {"seconds": 0.0, "tests": 0, "failed": 0})
+            stage["seconds"] += seconds
+            stage["tests"] += 1
+            stage["failed"] += test["outcome"] in ("failed", "error")
+        for nodeid in report["collect_errors"]:  # a module that failed to import: its tests never ran
+            stage = totals.setdefault(stage_of(nodeid), {"seconds": 0.0, "tests": 0, "failed": 0})
+            stage["failed"] += 1
+        # xdist: the tests' seconds may add up to more than the run's wall time
+        accounted += min(run_accounted, wall)
+        collect += report["collect_seconds"]
+        session_teardown += report["session_teardown_seconds"]
+    if pytest_runs(directory):
+        totals["pytest"] = {"seconds": wall_total, "status": status}
+    if reported:
+        totals["pytest other"] = {"seconds": max(wall_total - accounted, 0.0), "collect": collect,
+                                  "session_teardown": session_teardown}
     return totals
 
 
+def _reports(directory: Path) -> List[dict]:
+    return [report for name in pytest_runs(directory)
+            for report in [_read_json(directory / f"{name}-report.json")] if report is not None]
+
+
 def slowest_tests(directory: Path, count: int = SLOWEST) -> List[dict]:
-    report = _read_json(directory / "pytest-report.json")
-    tests = report["tests"] if report else []
+    tests = [test for report in _reports(directory) for test in report["tests"]]
     for test in tests:
         test["seconds"] = test["setup"] + test["call"] + test["teardown"]
     return sorted(tests, key=lambda test: (-test["seconds"], test["nodeid"]))[:count]
@@ -159,14 +187,14 @@ def render_summary(directory: Path) -> str:
 def disk_line(directory: Path) -> str:
     """The free disk pytest saw (tests/conftest.py samples it every few seconds): at the start, the
     least and during which test, at the end. Empty when the report has no disk record."""
-    report = _read_json(directory / "pytest-report.json")
-    disk = (report or {}).get("disk")
-    if not disk:
+    disks = [report["disk"] for report in _reports(directory) if report.get("disk")]
+    if not disks:
         return ""
-    line = (f"disk free on {disk['path']}: {disk['start_free_gb']:.1f} GiB at the start, "
-            f"least {disk['least_free_gb']:.1f} GiB (during {disk['least_during']})")
-    if "end_free_gb" in disk:
-        line += f", {disk['end_free_gb']:.1f} GiB at the end"
+    least = min(disks, key=lambda disk: disk["least_free_gb"])
+    line = (f"disk free on {disks[0]['path']}: {disks[0]['start_free_gb']:.1f} GiB at the start, "
+            f"least {least['least_free_gb']:.1f} GiB (during {least['least_during']})")
+    if "end_free_gb" in disks[-1]:
+        line += f", {disks[-1]['end_free_gb']:.1f} GiB at the end"
     return line
 
 
@@ -177,16 +205,26 @@ def parse_log(text: str) -> dict:
     figures: dict = {"result": "unfinished", "ci_seconds": None, "pytest_seconds": None, "counts": None,
                      "stages": {}}
     in_summary = False
+    # The last closing line before a pytest run's "ci_timing: NAME ended" line is that run's own (a test's
+    # captured output comes earlier); the runs' figures add up. A log without such lines (an older
+    # make test) has one pytest run: its last closing line.
+    last: Optional[Tuple[Dict[str, int], float]] = None
+    summed: Optional[Tuple[Dict[str, int], float]] = None
     for raw in text.splitlines():
         line = ANSI.sub("", raw).rstrip()
         closing = CLOSING.match(line)
-        if closing:  # the last closing line is the outer pytest's (a test's captured output comes earlier)
+        stage_ended = STAGE_ENDED.match(line)
+        if closing:
             counts: Dict[str, int] = {}
             for number, word in COUNT.findall(closing["counts"]):
                 kind = {"error": "errors", "warning": "warnings"}.get(word, word)
                 counts[kind] = counts.get(kind, 0) + int(number)
-            figures["counts"] = counts
-            figures["pytest_seconds"] = float(closing["seconds"])
+            last = (counts, float(closing["seconds"]))
+        elif stage_ended and stage_ended["stage"].startswith("pytest") and last is not None:
+            total = dict(summed[0]) if summed else {}
+            for kind, number in last[0].items():
+                total[kind] = total.get(kind, 0) + number
+            summed, last = (total, (summed[1] if summed else 0.0) + last[1]), None
         elif CI_ENDED.match(line):
             ended = CI_ENDED.match(line)
             figures["result"] = "passed" if ended[1] == "passed in" else "failed"
@@ -201,6 +239,10 @@ def parse_log(text: str) -> dict:
                 figures["stages"][row[1]] = float(row[2])
             elif not line.startswith("  "):
                 in_summary = False
+    if summed is not None and last is not None:  # a pytest run that never ended (killed): count it too
+        summed = ({kind: summed[0].get(kind, 0) + last[0].get(kind, 0) for kind in {*summed[0], *last[0]}},
+                  summed[1] + last[1])
+    figures["counts"], figures["pytest_seconds"] = summed or last or (None, None)
     return figures
 
 

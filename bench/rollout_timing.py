@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integ
 from ansible_run import REPO_ROOT, run_playbook
 from fleet import Fleet
 from fleet.base import ensure_base
-from jobs_fleet import ClientLoop, JobsFleet, kernel_source, prepare_wheels
-from stackrun import profile_file
+from jobs_fleet import ClientLoop, JobsFleet, kernel_source, prepare_wheels, start_weights_hub
+from stackrun import profile_file, seed_uv_cache
 
 SUMMARY = "Collect the rollout's records"
 
@@ -41,11 +41,15 @@ def main() -> int:
     options = parser.parse_args()
     ensure_base()
     fleet = Fleet(f"rb{os.getpid() % 10**6}")
+    hub = None
     try:
         fleet.up(4, owner_pid=os.getpid())
         with tempfile.TemporaryDirectory(prefix="rollout-bench-") as tmp:
             workdir = Path(tmp)
-            jobs = JobsFleet(fleet, workdir, prepare_wheels(fleet), kernel_source(fleet, workdir))
+            wheels = prepare_wheels(fleet)
+            seed_uv_cache(fleet, workdir, fleet.hosts[:3])  # as the fleet test: the model hosts share one
+            hub = start_weights_hub(fleet, workdir)
+            jobs = JobsFleet(fleet, workdir, wheels, kernel_source(fleet, workdir), hub)
             start = time.monotonic()
             site = play(jobs, "site.yml", timeout=2400)
             print(f"site.yml on 4 hosts (3 models + gateway): {time.monotonic() - start:.1f} s, rc {site.rc}")
@@ -77,6 +81,8 @@ def main() -> int:
             print(f"disk per host (MiB): {jobs.disk_mib()}")
             return 0 if result.rc == 0 else 1
     finally:
+        if hub is not None:
+            hub.__exit__(None, None, None)
         fleet.down()
 
 

@@ -5,11 +5,16 @@
   ``SGLANG_FLEET_MODULE_UTILS`` names another directory to import them from instead: mutation testing
   (bench/mutation_score.py) points it at mutmut's mutated copy.
 - Prerequisites: use ``from prereq import require`` (skip locally, fail under CI).
-- ``pytest -n N --dist loadgroup``: every fleet test (tests/integration/fleet/, tests/molecule/) runs on
-  one worker, in collection order (they share the session fleet, and test_stack_jobs.py must run after
-  test_stack.py); the other tests spread over the workers beside it. By path, not by xdist_group
-  marks: with pytest 9, xdist 3.8's loadgroup never sees its marks (it rewrites ``item._nodeid``,
-  which pytest 9 no longer reads), and would spread the fleet tests like ``--dist load``.
+- ``pytest -n N --dist loadgroup``: the fleet tests (tests/integration/fleet/, tests/molecule/) run in
+  two lanes, each on one worker in collection order: the rollout's module (its own 4 hosts; the longest
+  module by far) with the small harness modules beside it (ROLLOUT_LANE_MODULES), and everything else
+  (the session fleet's users, in order: test_stack_jobs.py after test_stack.py; molecule, the driver,
+  verify/doctor). A rollout-lane test that asks for the session fleet is refused at collection. The
+  lanes overlap: the fleet tests spend much of their time waiting (gates, drains, reboots, stand-in
+  latencies), and one lane fills the other's idle CPU. The other tests spread over the workers. By
+  path, not by xdist_group marks: with pytest 9, xdist 3.8's loadgroup never sees its marks (it
+  rewrites ``item._nodeid``, which pytest 9 no longer reads), and would spread the fleet tests like
+  ``--dist load``.
 - ``--timing-json PATH`` (``make test`` passes it): each test's setup, call and teardown seconds and
   outcome, the collection and session wall time, as JSON; ``bench/ci_timing.py summary`` sums them per
   stage and prints the slowest tests. It also samples the free disk of the filesystem that holds the
@@ -43,14 +48,36 @@ def repo_root() -> Path:
 
 
 FLEET_TESTS = ("tests/integration/fleet/", "tests/molecule/")
+# The lane beside the session fleet's: the rollout module (4 hosts of its own, about half of the fleet
+# tests' time) and small modules with fleets of their own. Neither lane holds two stack-heavy fleets at
+# once: the session lane's big ones (molecule, the session stacks) run one after the other.
+ROLLOUT_LANE_MODULES = frozenset({"test_rolling_rebuild.py", "test_fleet_reboot.py",
+                                  "test_fleet_teardown.py"})
+
+
+def fleet_lane(nodeid: str) -> str | None:
+    """The lane of a fleet test (fleet-rollout or fleet-session), None for any other test."""
+    if not nodeid.startswith(FLEET_TESTS):
+        return None
+    module = nodeid.split("::", maxsplit=1)[0].rsplit("/", maxsplit=1)[-1]
+    return "fleet-rollout" if module in ROLLOUT_LANE_MODULES else "fleet-session"
 
 
 class FleetGroupScheduling(LoadGroupScheduling):
     def _split_scope(self, nodeid: str) -> str:
-        return "fleet" if nodeid.startswith(FLEET_TESTS) else super()._split_scope(nodeid)
+        return fleet_lane(nodeid) or super()._split_scope(nodeid)
 
 
-@pytest.hookimpl(optionalhook=True)
+def pytest_collection_modifyitems(config, items):
+    mixed = [item.nodeid for item in items if fleet_lane(item.nodeid) == "fleet-rollout"
+             and "fleet" in getattr(item, "fixturenames", ())]  # fixturenames holds fleet_stack's too
+    if mixed:
+        raise pytest.UsageError(f"{', '.join(mixed)}: uses the session fleet, but its module is in "
+                                "ROLLOUT_LANE_MODULES (tests/conftest.py), whose lane runs beside the "
+                                "session fleet's: take the module out of that list")
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own, however this file was loaded
 def pytest_xdist_make_scheduler(config, log):
     return FleetGroupScheduling(config, log) if config.getvalue("dist") == "loadgroup" else None
 

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import sglkernel
 import yaml
 from ansible_run import REPO_ROOT, PlayResult
-from cache import pip_download
+from cache import pip_download, wheelhouse
 from kernelpkg import BUILD_REQUIREMENTS
 
 SITE = REPO_ROOT / "playbooks" / "site.yml"
@@ -56,6 +58,47 @@ def seed_wheel_cache(cache: Path, source: Path) -> str:
                 shutil.copy2(wheel, target)
     assert left_out, f"the wheelhouse {source} has no {UNCACHED_WHEEL}* wheel (a torch dependency)"
     return left_out
+
+
+SEEDED_UV_CACHE = "/sglang-uv-cache"  # a new top-level directory: the overlay has never looked it up
+
+
+def seed_uv_cache(fleet, workdir: Path, hosts: list[dict]) -> Path:
+    """One uv cache holding torch 2.14.1 and its dependencies, hardlinked into the writable layer of
+    ``hosts`` (those that get a stack) at SEEDED_UV_CACHE (the hosts' ``stack_uv_cache_dir``), so they
+    hold one copy of the ~5 GB of unpacked CUDA libraries, not one each. uv fills it on the controller
+    from the fleet's own wheelhouse URL (its cache entries are keyed by URL, so the hosts' installs hit
+    them); cache files are only ever replaced by rename, never written in place, so sharing inodes is
+    safe; lock files are copied, not linked. Returns the controller-side cache (remove it after the fleet
+    is down).
+    """
+    cache, tools, target = workdir / "uv-cache", workdir / "uv-tools", workdir / "uv-target"
+    subprocess.run([sys.executable, "-m", "venv", str(tools)], check=True)
+    subprocess.run([str(tools / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                    "--no-index", "--find-links", str(wheelhouse()), STACK_WHEELS[1]],
+                   check=True, timeout=600)
+    uv = str(tools / "bin/uv")
+    env = {**os.environ, "UV_CACHE_DIR": str(cache), "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"}
+    subprocess.run([uv, "venv", "--python", "/usr/bin/python3", str(target)], check=True, env=env)
+    subprocess.run([uv, "pip", "install", "--python", str(target / "bin/python"), "--no-index",
+                    "--find-links", fleet.wheelhouse_url, *STACK_WHEELS[:1]],
+                   check=True, env=env, timeout=1800)
+    shutil.rmtree(target)
+    for host in hosts:
+        root = Path(host["dir"]) / "upper" / SEEDED_UV_CACHE.lstrip("/")
+        for source in sorted(cache.rglob("*")):
+            dest = root / source.relative_to(cache)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if source.is_dir() and not source.is_symlink():
+                dest.mkdir(exist_ok=True)
+            elif source.is_symlink():
+                dest.symlink_to(os.readlink(source))
+            elif source.name.endswith(".lock") or source.name == "CACHEDIR.TAG":
+                shutil.copy2(source, dest)
+            else:
+                os.link(source, dest)
+        root.chmod(0o755)
+    return cache
 
 
 def profile_file(directory: Path, name: str, **changes) -> Path:

@@ -46,6 +46,33 @@ def test_a_failed_run_takes_the_outer_closing_line_without_colours_and_the_stage
                                  "fleet": 979.0}
 
 
+TWO_RUNS = """\
+ci_timing: syntax ended: exit 0 after 15.2 s
+==== 2400 passed, 3 skipped in 301.50s (0:05:01) ====
+ci_timing: pytest ended: exit 0 after 303.0 s
+FAILED tests/integration/fleet/test_f.py::test_rerun - AssertionError
+---- Captured stdout call ----
+==== 3 passed in 0.10s ====
+==== 1 failed, 120 passed, 1 error in 1800.25s (0:30:00) ====
+ci_timing: pytest-fleet ended: exit 1 after 1801.9 s
+"""
+
+
+def test_the_pytest_runs_of_one_make_test_add_up():
+    figures = ci_timing.parse_log(TWO_RUNS)
+    # each run's own closing line: the last before its "ended" line, not one in captured output
+    assert figures["counts"] == {"passed": 2520, "skipped": 3, "failed": 1, "errors": 1}
+    assert figures["pytest_seconds"] == 2101.75
+
+
+def test_a_run_killed_before_it_ended_still_counts():
+    killed = TWO_RUNS.rsplit("ci_timing: pytest-fleet", 1)[0]
+    assert ci_timing.parse_log(killed)["counts"] == {"passed": 2520, "skipped": 3, "failed": 1, "errors": 1}
+    # the end of a stage that is not a pytest run closes no run
+    assert ci_timing.parse_log(TWO_RUNS.replace("pytest ended", "lint ended"))["counts"] == {
+        "passed": 120, "failed": 1, "errors": 1}
+
+
 def test_a_failed_lint_has_no_pytest_figures_and_only_the_stages_that_ran():
     figures = log("lint-failed.log")
     assert figures == {"result": "failed", "ci_seconds": None, "pytest_seconds": None, "counts": None,
@@ -341,6 +368,42 @@ def test_a_module_that_failed_to_collect_counts_as_a_failure_of_its_stage(tmp_pa
     assert totals["integration"] == {"seconds": 0.0, "tests": 0, "failed": 1}
 
 
+def test_the_unit_and_fleet_runs_add_up_per_stage(tmp_path):
+    tests = full_report()["tests"]
+    rest = full_report(wall_seconds=50.0, exitstatus=0, collect_seconds=1.0, session_teardown_seconds=0.5,
+                       tests=[t for t in tests if "fleet" not in t["nodeid"]],
+                       disk={"path": "/", "start_free_gb": 90.0, "least_free_gb": 80.0,
+                             "least_during": "tests/unit/test_u.py::test_1", "end_free_gb": 85.0})
+    fleet = full_report(wall_seconds=600.0, exitstatus=1, tests=[t for t in tests if "fleet" in t["nodeid"]],
+                        disk={"path": "/", "start_free_gb": 85.0, "least_free_gb": 20.0,
+                              "least_during": "tests/integration/fleet/test_f.py::test_site",
+                              "end_free_gb": 84.0})
+    write_timing(tmp_path, lint=(40.0, 0), syntax=(10.0, 0), pytest_run=(52.0, 0), report=rest)
+    (tmp_path / "pytest-fleet.json").write_text(json.dumps({"stage": "pytest-fleet", "seconds": 605.0,
+                                                            "status": 1}))
+    (tmp_path / "pytest-fleet-report.json").write_text(json.dumps(fleet))
+    assert ci_timing.pytest_runs(tmp_path) == ["pytest", "pytest-fleet"]
+    totals = ci_timing.stage_totals(tmp_path)
+    assert totals["unit"] == {"seconds": 6.0, "tests": 12, "failed": 0}
+    assert totals["integration"] == {"seconds": 37.0, "tests": 2, "failed": 1}
+    assert totals["fleet"] == {"seconds": 575.0, "tests": 3, "failed": 1}
+    # the first failing run's status; the walls add up, less what the tests of each account for
+    assert totals["pytest"] == {"seconds": 657.0, "status": 1}
+    assert totals["pytest other"] == {"seconds": 657.0 - 43.0 - 575.0, "collect": 2.5,
+                                      "session_teardown": 3.5}
+    summary = ci_timing.render_summary(tmp_path).splitlines()
+    assert "  total           707.0 s" in summary
+    assert summary[10] == "     420.0 s  fleet        tests/integration/fleet/test_f.py::test_site"
+    assert summary[-1] == ("disk free on /: 90.0 GiB at the start, least 20.0 GiB (during "
+                           "tests/integration/fleet/test_f.py::test_site), 84.0 GiB at the end")
+
+
+def test_time_says_when_a_stage_ended(tmp_path, capsys):
+    ci_timing.time_command(tmp_path, "pytest-fleet", python("import sys; sys.exit(3)"))
+    assert capsys.readouterr().out.startswith("ci_timing: pytest-fleet ended: exit 3 after ")
+    assert ci_timing.pytest_runs(tmp_path) == ["pytest-fleet"]
+
+
 def test_summary_command_prints_it(tmp_path, capsys):
     write_timing(tmp_path, lint=(1.0, 0))
     assert ci_timing.main(["summary", str(tmp_path)]) == 0
@@ -412,7 +475,7 @@ def test_the_plugin_writes_each_tests_phases_and_keeps_the_session_teardown_apar
     assert data["collect_seconds"] > 0
 
 
-def test_under_loadgroup_the_fleet_tests_run_on_one_worker_in_order(tmp_path):
+def test_under_loadgroup_the_fleet_tests_run_in_two_lanes_each_on_one_worker_in_order(tmp_path):
     fleet_test = """
         import os
 
@@ -420,8 +483,10 @@ def test_under_loadgroup_the_fleet_tests_run_on_one_worker_in_order(tmp_path):
             with open(os.environ["ORDER_FILE"], "a") as order:
                 order.write(os.environ["PYTEST_XDIST_WORKER"] + " {module}::test_{n}\\n")
     """
-    layout = {"tests/integration/fleet/test_a.py": "a", "tests/integration/fleet/test_b.py": "b",
-              "tests/molecule/fleet/test_m.py": "m"}
+    # a and m (molecule's own fleet) in the session lane, the rollout and teardown modules in the other
+    layout = {"tests/integration/fleet/test_a.py": "a", "tests/integration/fleet/test_fleet_molecule.py": "m",
+              "tests/integration/fleet/test_fleet_teardown.py": "t",
+              "tests/integration/fleet/test_rolling_rebuild.py": "r"}
     for name, module in layout.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("".join(textwrap.dedent(fleet_test).format(n=f"{module}{n}",
@@ -438,12 +503,30 @@ def test_under_loadgroup_the_fleet_tests_run_on_one_worker_in_order(tmp_path):
                           "-p", "no:hypothesispytest", "-rP", "-n", "2", "--dist", "loadgroup"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "29 passed" in run.stdout
+    assert "32 passed" in run.stdout
     lines = [line.split() for line in order.read_text().splitlines()]
-    assert len({worker for worker, _ in lines}) == 1, lines
-    assert [test for _, test in lines] == [f"{m}::test_{m}{n}" for m in "abm" for n in range(3)]
-    # the other tests are not held back behind the fleet group: both workers ran some
-    assert {"ran on gw0", "ran on gw1"} <= set(run.stdout.splitlines())
+    lanes = {lane: [(worker, test) for worker, test in lines if test.split("::")[0] in modules]
+             for lane, modules in (("session", "am"), ("rollout", "tr"))}
+    for lane, modules in (("session", "am"), ("rollout", "tr")):
+        assert len({worker for worker, _ in lanes[lane]}) == 1, lines
+        assert [test for _, test in lanes[lane]] == [f"{m}::test_{m}{n}" for m in modules for n in range(3)]
+    # the lanes run side by side, one on each worker
+    assert lanes["session"][0][0] != lanes["rollout"][0][0], lines
+
+
+def test_a_module_of_the_rollout_lane_that_asks_for_the_session_fleet_is_refused(tmp_path):
+    (tmp_path / "tests/integration/fleet").mkdir(parents=True)
+    (tmp_path / "tests/integration/fleet/test_rolling_rebuild.py").write_text(
+        "import pytest\n\n\n@pytest.fixture\ndef fleet():\n    return 1\n\n\n"
+        "def test_uses(fleet):\n    assert fleet\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "tests")}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider",
+                          "-p", "no:hypothesispytest"], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert run.returncode == 4, run.stdout + run.stderr
+    assert ("tests/integration/fleet/test_rolling_rebuild.py::test_uses: uses the session fleet, but its "
+            "module is in ROLLOUT_LANE_MODULES") in run.stderr
 
 
 # --- compare: clean clones of two revisions, cold and warm ----------------------------------------------

@@ -23,7 +23,14 @@ from fleet.base import ensure_base
 from fleet.system import FLEET_TOOLS
 from fleet_present import present
 from prereq import require
-from stackrun import StackRun, fill_wheelhouse, seed_wheel_cache, stack_extravars
+from stackrun import (
+    SEEDED_UV_CACHE,
+    StackRun,
+    fill_wheelhouse,
+    seed_uv_cache,
+    seed_wheel_cache,
+    stack_extravars,
+)
 
 
 def require_fleet_tools() -> None:
@@ -43,12 +50,13 @@ def fleet_base() -> Path:
 # The session fleet while it is up: ended after the last test that can use it (below), not at the end
 # of the session.
 _SESSION_FLEETS: list[Fleet] = []
-_HERE = Path(__file__).resolve().parent
 
 
 def _uses_the_fleet(item: pytest.Item) -> bool:
-    """A test of this directory (only they see this conftest's fixtures)."""
-    return _HERE in Path(str(item.path)).resolve().parents
+    """A test that asks for the session fleet, itself or through another fixture (``fleet_stack``). Not
+    every test of this directory: under xdist the modules with fleets of their own run in a lane beside
+    the session fleet's (tests/conftest.py), and the session fleet need not wait for them."""
+    return "fleet" in getattr(item, "fixturenames", ())
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's own teardown: module fixtures that use the fleet end first
@@ -93,14 +101,20 @@ def fleet_play(fleet):
 
 
 @pytest.fixture(scope="session")
-def fleet_stack(fleet, fleet_play, tmp_path_factory) -> StackRun:
-    """site.yml on the session fleet: a check run on the fresh hosts, then the real run (once)."""
+def fleet_stack(fleet, fleet_play, tmp_path_factory) -> Iterator[StackRun]:
+    """site.yml on the session fleet: a check run on the fresh hosts, then the real run (once).
+
+    The hosts' uv cache is seeded (stackrun.seed_uv_cache): one unpacked torch 2.14.1 hardlinked into the
+    three hosts, so they hold one copy of its ~5 GB, not three (the own-fleet lane runs its fleets beside
+    this one). The cold install, from an empty uv cache, is test_stack_locked_install.py's."""
     wheelhouse = fill_wheelhouse()
     workdir = tmp_path_factory.mktemp("fleet-stack")
     cache = workdir / "wheel-cache"
     uncached = seed_wheel_cache(cache, wheelhouse)
+    seeded = seed_uv_cache(fleet, workdir, fleet.hosts)
     stack = StackRun(fleet=fleet, play=fleet_play, workdir=workdir, wheel_cache=cache,
-                     uncached_wheel=uncached, extravars=stack_extravars(fleet, cache))
+                     uncached_wheel=uncached,
+                     extravars={**stack_extravars(fleet, cache), "stack_uv_cache_dir": SEEDED_UV_CACHE})
     stack.check_run = stack.run(check=True)
     stack.left_by_check = [f"{host}:{path}" for host in stack.hosts
                            for path in (stack.root, "/opt/sglang/tools", "/var/cache/sglang")
@@ -110,4 +124,5 @@ def fleet_stack(fleet, fleet_play, tmp_path_factory) -> StackRun:
     stack.first_seconds = time.monotonic() - start
     assert stack.first_run.rc == 0, stack.first_run.stdout[-6000:]
     stack.stack_names = {host: stack.current(host) for host in stack.hosts}
-    return stack
+    yield stack
+    shutil.rmtree(seeded, ignore_errors=True)  # the controller's names; the hosts' go with the fleet

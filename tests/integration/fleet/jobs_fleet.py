@@ -24,9 +24,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
-import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -36,11 +33,14 @@ from collections import Counter
 from pathlib import Path
 
 import yaml
-from cache import pip_download, wheelhouse
+from cache import pip_download
 from kernelpkg import make_archive, make_source, write_mirror
 from service_stack import PY_SPY, SMG_WHEELS, UV
 from sglang_parser import PARSER_DEPENDENCIES, SGLANG, STAND_IN
-from stackrun import STACK_WHEELS, fill_wheelhouse, seed_wheel_cache, stack_extravars
+from stackrun import SEEDED_UV_CACHE, fill_wheelhouse, seed_wheel_cache, stack_extravars
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "stand_ins"))
+from hub_server import HubStandIn, Repo, make_repo
 
 GATEWAY_PORT = 8000
 MODEL_PORT = 30000
@@ -95,6 +95,15 @@ def stand_in_wheel(dest: Path, mode: str = "") -> str:
     return f"{STAND_IN_DIST}=={version}"
 
 
+def start_weights_hub(fleet, workdir: Path):
+    """The Hub stand-in (a stand-in: tests/stand_ins/hub_server.py), started on the fleet's bridge and
+    serving WEIGHTS_REPO at WEIGHTS_COMMIT (tag WEIGHTS_TAG). The caller stops it (``__exit__``)."""
+    hub = HubStandIn(bind=fleet.state["controller_ip"]).__enter__()
+    hub.add(Repo(WEIGHTS_REPO, make_repo(workdir / "weights-src", {"model.safetensors": 2 << 20}),
+                 WEIGHTS_COMMIT, tags={WEIGHTS_TAG}))
+    return hub
+
+
 def prepare_wheels(fleet) -> dict:
     """Everything the hosts install, in the served wheelhouse; the stand-in requirements."""
     wheelhouse = fill_wheelhouse()
@@ -115,45 +124,6 @@ def kernel_source(fleet, workdir: Path) -> dict:
     write_mirror(served / "gh")
     base = fleet.wheelhouse_url + "sglang-fleet-rollout-test"
     return {"url": f"{base}/src/sglang-kernel-test.tar.gz", "sha256": sha256, "mirror": f"{base}/gh"}
-
-
-SEEDED_UV_CACHE = "/sglang-uv-cache"  # a new top-level directory: the overlay has never looked it up
-
-
-def seed_uv_cache(fleet, workdir: Path) -> Path:
-    """One uv cache holding torch 2.14.1 and its dependencies, hardlinked into every host's writable
-    layer at SEEDED_UV_CACHE (the hosts' ``stack_uv_cache_dir``), so 4 hosts hold one copy of the ~5 GB
-    of unpacked CUDA libraries instead of four. uv fills it on the controller from the fleet's own
-    wheelhouse URL (its cache entries are keyed by URL, so the hosts' installs hit them); cache files are
-    only ever replaced by rename, never written in place, so sharing inodes is safe; lock files are
-    copied, not linked. Returns the controller-side cache (remove it after the fleet is down).
-    """
-    cache, tools, target = workdir / "uv-cache", workdir / "uv-tools", workdir / "uv-target"
-    subprocess.run([sys.executable, "-m", "venv", str(tools)], check=True)
-    subprocess.run([str(tools / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                    "--no-index", "--find-links", str(wheelhouse()), UV], check=True, timeout=600)
-    uv = str(tools / "bin/uv")
-    env = {**os.environ, "UV_CACHE_DIR": str(cache), "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"}
-    subprocess.run([uv, "venv", "--python", "/usr/bin/python3", str(target)], check=True, env=env)
-    subprocess.run([uv, "pip", "install", "--python", str(target / "bin/python"), "--no-index",
-                    "--find-links", fleet.wheelhouse_url, *STACK_WHEELS[:1]],
-                   check=True, env=env, timeout=1800)
-    shutil.rmtree(target)
-    for host in fleet.hosts:
-        root = Path(host["dir"]) / "upper" / SEEDED_UV_CACHE.lstrip("/")
-        for source in sorted(cache.rglob("*")):
-            dest = root / source.relative_to(cache)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            if source.is_dir() and not source.is_symlink():
-                dest.mkdir(exist_ok=True)
-            elif source.is_symlink():
-                dest.symlink_to(os.readlink(source))
-            elif source.name.endswith(".lock") or source.name == "CACHEDIR.TAG":
-                shutil.copy2(source, dest)
-            else:
-                os.link(source, dest)
-        root.chmod(0o755)
-    return cache
 
 
 def model(hub_url: str, **env) -> dict:

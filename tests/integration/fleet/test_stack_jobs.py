@@ -19,6 +19,7 @@ import yaml
 from ansible.module_utils.pylock import read_lock, wheel_urls
 from ansible_run import REPO_ROOT
 from cache import pip_download
+from stackrun import SEEDED_UV_CACHE
 
 pytestmark = pytest.mark.integration
 
@@ -125,7 +126,8 @@ def test_verify_in_check_mode_changes_nothing_on_the_hosts(fleet, fleet_stack, t
     changed = {(h, r["task"]) for h, results in result.results.items() for r in results if r.get("changed")}
     assert {task for _h, task in changed} <= {"Summarise every host's checks and write the reports"}, changed
     for host in fleet_stack.hosts:
-        find = (f"find /opt/sglang /etc /var/cache/sglang /root -xdev -newer {marker} "
+        # the session hosts' uv cache is SEEDED_UV_CACHE: /var/cache/sglang does not exist there
+        find = (f"find /opt/sglang /etc {SEEDED_UV_CACHE} /root -xdev -newer {marker} "
                 "-not -path '/root/.ansible*' -not -path '/root/.cache*' -print")
         newer = fleet.ssh(host, find).stdout.split()
         assert newer == [], f"{host}: verify --check changed {newer}"
