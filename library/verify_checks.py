@@ -75,6 +75,13 @@ options:
         hangs or crawls); V(false) only warns, for hosts that serve one model per GPU.
     type: bool
     default: true
+  stack_expected:
+    description:
+      - Whether the host should have a CUDA stack. V(false) for a gateway-only host (site.yml gives it the
+        profile's uv and smg, no stack) makes a missing toolkit and stack a skip; a stack that is there anyway
+        is checked as on any host.
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: full
@@ -144,6 +151,7 @@ def main():
             "scan_ignore": {"type": "list", "elements": "str", "default": []},
             "speculative": {"type": "list", "elements": "dict", "default": []},
             "p2p_required": {"type": "bool", "default": True},
+            "stack_expected": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
     )
@@ -157,6 +165,7 @@ def main():
     try:
         checks = host_checks(params["gpu"], params["stack"], scan_ignore=params["scan_ignore"],
                              p2p_required=params["p2p_required"], speculative=params["speculative"],
+                             stack_expected=params["stack_expected"],
                              **{name: params[name] for name in RESULTS + HEALTH})
     except Exception as exc:  # never a traceback: say what failed
         module.fail_json(msg=f"verify_checks failed unexpectedly: {type(exc).__name__}: {exc}")

@@ -250,12 +250,39 @@ def health_check(name, results):
     return ("fail" if failing else "ok"), "; ".join(failing + answering)
 
 
+def _stack_checks(add, cuda, facts, stack_name, torch):
+    """The cuda and torch checks of a host that should have a stack."""
+    add("cuda", "ok" if cuda.get("toolkit_version") else "fail",
+        f"nvcc {cuda.get('nvcc_version')} (CUDA {cuda.get('toolkit_version')}) at {cuda.get('nvcc')}"
+        if cuda.get("toolkit_version") else f"no working nvcc at {cuda.get('nvcc')}" if cuda.get("nvcc")
+        else "no CUDA toolkit where the host's cuda_toolchain settings look (no nvcc found)")
+    if not stack_name:
+        root = (facts.get("stack") or {}).get("root")
+        add("torch", "fail", f"no stack in use: {root}/current does not exist",
+            "playbooks/site.yml never activated a stack on this host, or its current link was removed")
+    elif _skipped(torch):
+        add("torch", "skip", "torch was not checked")
+    elif _failed(torch) and not torch.get("torch_version"):
+        add("torch", "fail", torch["msg"], "torch cannot be imported from the stack (a broken or partial "
+            "install)")
+    else:
+        missing = torch.get("missing") or []
+        add("torch", "fail" if missing or torch.get("build") != "cuda" else "ok",
+            f"torch {torch.get('torch_version')} ({torch.get('build')}) in {stack_name}: "
+            + (f"no code for {', '.join(missing)}" if missing else
+               f"covers {', '.join(torch.get('require') or []) or 'no capability asked'}"),
+            None if torch.get("build") == "cuda" else f"the stack's torch is a {torch.get('build')} build, "
+            "not a CUDA one (the wrong index or CUDA tag in the profile)")
+
+
 def host_checks(gpu, stack, *, torch=None, kernel=None, scan=None, service=None, gateway=None, drift=None,
-                scan_ignore=(), p2p_required=True, speculative=None):
+                scan_ignore=(), p2p_required=True, speculative=None, stack_expected=True):
     """One host's checks from the registered results of verify.yml's read-only tasks.
 
     Each argument is a module result (``skipped`` when the task did not run); ``stack`` is stack_facts'.
     ``p2p_required`` makes GPUs that cannot reach each other peer-to-peer a failure (else a warning).
+    ``stack_expected`` false (a gateway-only host, which site.yml gives no CUDA stack) makes a missing
+    toolkit and stack a skip, not a failure; a stack that is there anyway is checked as on any host.
     """
     checks = []
 
@@ -283,28 +310,12 @@ def host_checks(gpu, stack, *, torch=None, kernel=None, scan=None, service=None,
     add("topology", *topology_check(gpu, p2p_required))
     facts = stack.get("facts") or {}
     cuda = facts.get("cuda") or {}
-    add("cuda", "ok" if cuda.get("toolkit_version") else "fail",
-        f"nvcc {cuda.get('nvcc_version')} (CUDA {cuda.get('toolkit_version')}) at {cuda.get('nvcc')}"
-        if cuda.get("toolkit_version") else f"no working nvcc at {cuda.get('nvcc')}" if cuda.get("nvcc")
-        else "no CUDA toolkit where the host's cuda_toolchain settings look (no nvcc found)")
     stack_name = (facts.get("stack") or {}).get("name")
-    if not stack_name:
-        root = (facts.get("stack") or {}).get("root")
-        add("torch", "fail", f"no stack in use: {root}/current does not exist",
-            "playbooks/site.yml never activated a stack on this host, or its current link was removed")
-    elif _skipped(torch):
-        add("torch", "skip", "torch was not checked")
-    elif _failed(torch) and not torch.get("torch_version"):
-        add("torch", "fail", torch["msg"], "torch cannot be imported from the stack (a broken or partial "
-            "install)")
+    if not stack_expected and not stack_name:
+        for check in ("cuda", "torch"):
+            add(check, "skip", "a gateway-only host: site.yml gives it no CUDA stack")
     else:
-        missing = torch.get("missing") or []
-        add("torch", "fail" if missing or torch.get("build") != "cuda" else "ok",
-            f"torch {torch.get('torch_version')} ({torch.get('build')}) in {stack_name}: "
-            + (f"no code for {', '.join(missing)}" if missing else
-               f"covers {', '.join(torch.get('require') or []) or 'no capability asked'}"),
-            None if torch.get("build") == "cuda" else f"the stack's torch is a {torch.get('build')} build, "
-            "not a CUDA one (the wrong index or CUDA tag in the profile)")
+        _stack_checks(add, cuda, facts, stack_name, torch)
     if _skipped(kernel):
         add("kernel", "skip", "no stack in use" if not stack_name else "kernel not checked")
     elif _failed(kernel) and not kernel.get("variants"):

@@ -57,9 +57,11 @@ def inventory(tmp_path: Path, host_vars: str) -> Path:
 
 
 def run_unchanged(tmp_path, playbook, inventory_path, stop_at, **kwargs):
-    """Run ``playbook``; require a failure at task ``stop_at`` with nothing changed. Returns its message."""
+    """Run ``playbook`` (a file of playbooks/, or a list of plays); require a failure at task ``stop_at``
+    with nothing changed. Returns its message."""
     before = host_state(tmp_path)
-    result = run_playbook(PLAYBOOKS / playbook, inventory_path, **kwargs)
+    result = run_playbook(PLAYBOOKS / playbook if isinstance(playbook, str) else playbook, inventory_path,
+                          **kwargs)
     assert result.rc != 0, result.stdout
     [failed] = [res for res in result.results["localhost"] if res["event"] == "runner_on_failed"]
     assert failed["task"] == stop_at, failed
@@ -239,6 +241,53 @@ LOCAL = REPO_ROOT / "inventory" / "local"
 ])
 def test_a_job_that_targets_nothing_fails_and_says_why(tmp_path, playbook, extravars, expected):
     assert run_unchanged(tmp_path, playbook, LOCAL, TARGETS, extravars=extravars) == expected
+
+
+def test_a_rollout_of_a_model_that_spans_hosts_is_refused(tmp_path):
+    """A multi-node model's ranks restart together; the rollout's batches would split them: refused in
+    preflight, naming each host and model, before anything changes."""
+    path = tmp_path / "hosts.yml"
+    path.write_text(textwrap.dedent(f"""\
+        all:
+          vars:
+            ansible_connection: local
+            ansible_python_interpreter: "{{{{ ansible_playbook_python }}}}"
+            stack_root: {tmp_path}/opt/stacks
+          children:
+            sglang_replicas:
+              hosts:
+                localhost:
+                  sglang_service_models:
+                    - {CHAT}
+                    - {{name: big, model_path: /models/big, port: 30001, tp_size: 2, nodes_group: big_tp}}
+            big_tp:
+              hosts:
+                localhost:
+        """))
+    message = run_unchanged(tmp_path, "rolling_rebuild.yml", path,
+                            "Refuse a rollout of a model that spans several hosts")
+    assert message == (
+        "rolling_rebuild.yml cannot roll a model that spans several hosts: localhost: big (nodes_group "
+        "big_tp). All its ranks must restart together, and the rollout restarts its hosts a batch at a time. "
+        "Leave those hosts out (-e rolling_rebuild_hosts='sglang_replicas:!GROUP') and move them with "
+        "playbooks/site.yml --limit GROUP when the model may stop. Nothing was changed.")
+
+
+def test_the_gateway_without_the_profiles_tools_says_what_to_run_first(tmp_path):
+    """sglang_service's gateway entry point on a host where no stack entry point ran: a message, not an
+    undefined variable, before anything changes."""
+    play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
+        {"name": "Gateway",
+         "ansible.builtin.include_role": {"name": "sglang_service", "tasks_from": "gateway"},
+         "vars": {"sglang_service_state_dir": str(tmp_path / "state")}}]}]
+    message = run_unchanged(tmp_path, play, LOCAL, "Require the profile's uv and smg version for the gateway")
+    assert message == (
+        "localhost: the gateway is installed with the profile's uv and smg version "
+        "(sglang_service_gateway_uv, sglang_service_gateway_version; by default stack_uv and "
+        "stack_profile.smg.version), and neither the stack role's `tools` nor its `main` entry point ran on "
+        "this host. Run one of them first (playbooks/site.yml does), or set both variables. Nothing was "
+        "changed.")
+    assert not (tmp_path / "state").exists()
 
 
 def test_snapshot_of_a_group_is_refused(tmp_path):

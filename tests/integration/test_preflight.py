@@ -20,6 +20,7 @@ PREFLIGHT = REPO_ROOT / "playbooks" / "preflight.yml"
 SITE = REPO_ROOT / "playbooks" / "site.yml"
 CHECK_TASK = "Check project variables against every role's argument specs"
 NO_CONNECT = "--tags preflight_version,preflight_inventory"
+GROUPED = "Put the host in the group of what site.yml gives it (sglang_stack_hosts, or sglang_gateway_only)"
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -39,6 +40,36 @@ def test_example_inventory_passes_without_contacting_hosts():
         assert checked["problems"] == []
     assert "gpu_capability" in result.task("bw-01", CHECK_TASK)["checked"]
     assert "gpu_capability" not in result.task("build-01", CHECK_TASK)["checked"]
+    # what site.yml gives each host (the grouping runs with any --tags): the gateway serves no model
+    assert {host: result.task(host, GROUPED)["add_group"] for host in hosts} == {
+        host: "sglang_gateway_only" if host == "gw-01" else "sglang_stack_hosts" for host in hosts}
+
+
+def test_a_gateway_host_that_serves_a_model_or_builds_gets_a_stack(tmp_path):
+    """Only a gateway host with no model that builds no kernel is gateway-only (no CUDA stack)."""
+    inventory = write(tmp_path, "hosts.yml", """\
+        all:
+          vars: {ansible_connection: local, ansible_python_interpreter: "{{ ansible_playbook_python }}"}
+          children:
+            sglang_gateway:
+              hosts:
+                gw-only: {}
+                gw-serving:
+                  sglang_service_models: [{name: m, model_path: org/m, port: 30000}]
+                gw-builder: {}
+                gw-named-builder: {sgl_kernel_builder: gw-named-builder}
+            builders:
+              hosts:
+                gw-builder: {}
+            other:
+              hosts:
+                plain: {}
+        """)
+    result = run_playbook(PREFLIGHT, inventory, cmdline=NO_CONNECT)
+    assert result.rc == 0, result.stdout
+    grouped = {host: result.task(host, GROUPED)["add_group"] for host in result.results}
+    assert grouped == {"gw-only": "sglang_gateway_only", **dict.fromkeys(
+        ["gw-serving", "gw-builder", "gw-named-builder", "plain"], "sglang_stack_hosts")}
 
 
 def test_kimi_example_inventory_passes_without_contacting_hosts():

@@ -64,9 +64,34 @@ SKIPPED = {"skipped": True}
 
 
 def checks_of(**results):
+    expected = {"stack_expected": results.pop("stack_expected")} if "stack_expected" in results else {}
     return {c["check"]: (c["status"], c["detail"]) for c in host_checks(
-        results.pop("gpu", GPU), results.pop("stack", STACK), scan_ignore=["flash_ops"],
+        results.pop("gpu", GPU), results.pop("stack", STACK), scan_ignore=["flash_ops"], **expected,
         **{k: results.get(k, SKIPPED) for k in ("torch", "kernel", "scan", "service", "gateway", "drift")})}
+
+
+NO_STACK = {"facts": {"stack": {"root": "/r", "name": None}, "cuda": {"nvcc": ""}}}
+
+
+def test_a_gateway_only_host_without_a_stack_skips_cuda_and_torch():
+    """site.yml gives a gateway-only host no CUDA stack: no toolkit and no stack are skips there, in order."""
+    checks = checks_of(stack=NO_STACK, stack_expected=False)
+    skipped = ("skip", "a gateway-only host: site.yml gives it no CUDA stack")
+    assert checks["cuda"] == checks["torch"] == skipped
+    assert list(checks)[list(checks).index("topology") + 1:][:3] == ["cuda", "torch", "kernel"]
+    assert checks["kernel"] == ("skip", "no stack in use")
+    # the default expects a stack: the same host fails both
+    failed = checks_of(stack=NO_STACK)
+    assert failed["cuda"] == (
+        "fail", "no CUDA toolkit where the host's cuda_toolchain settings look (no nvcc found)")
+    assert failed["torch"] == ("fail", "no stack in use: /r/current does not exist")
+
+
+def test_a_gateway_only_host_with_a_stack_left_is_checked_as_any_host():
+    checks = checks_of(stack_expected=False,
+                       torch={"torch_version": "2.14.1", "build": "cuda", "missing": [], "require": ["12.0"]})
+    assert checks["cuda"] == ("ok", "nvcc 13.0.88 (CUDA 13.0) at /usr/local/cuda/bin/nvcc")
+    assert checks["torch"] == ("ok", "torch 2.14.1 (cuda) in stable-abc: covers 12.0")
 
 
 def test_host_checks_all_good():

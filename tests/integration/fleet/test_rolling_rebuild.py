@@ -39,21 +39,17 @@ from fleet import Fleet
 from fleet_present import present
 from jobs_fleet import (
     MODEL_PORT,
-    WEIGHTS_COMMIT,
-    WEIGHTS_REPO,
-    WEIGHTS_TAG,
     ClientLoop,
     JobsFleet,
     kernel_source,
     prepare_wheels,
-    seed_uv_cache,
+    start_weights_hub,
 )
 from sglang_parser import PARSER_DEPENDENCIES
-from stackrun import profile_file
+from stackrun import profile_file, seed_uv_cache
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "stand_ins"))
 import driver_apt_repo
-from hub_server import HubStandIn, Repo, make_repo
 
 pytestmark = pytest.mark.integration
 
@@ -93,10 +89,8 @@ def jobs(fleet_base, tmp_path_factory):
         recorded = copy.deepcopy(fleet.state.data)
         workdir = tmp_path_factory.mktemp("jobs")
         wheels = prepare_wheels(fleet)
-        seeded = seed_uv_cache(fleet, workdir)
-        hub = HubStandIn(bind=fleet.state["controller_ip"]).__enter__()
-        hub.add(Repo(WEIGHTS_REPO, make_repo(workdir / "weights-src", {"model.safetensors": 2 << 20}),
-                     WEIGHTS_COMMIT, tags={WEIGHTS_TAG}))
+        seeded = seed_uv_cache(fleet, workdir, fleet.hosts[:3])  # the model hosts; the gateway gets no stack
+        hub = start_weights_hub(fleet, workdir)
         yield JobsFleet(fleet, workdir, wheels, kernel_source(fleet, workdir), hub)
     finally:
         if hub is not None:
@@ -153,6 +147,10 @@ def test_site_converges_on_models_and_gateway_and_a_second_run_changes_nothing(j
         assert jobs.unit(host)["ActiveState"] == "active"
         assert jobs.healthy(host)
     assert jobs.gateway_workers() == {jobs.worker_url(h): True for h in jobs.models}
+    # the gateway host serves no model: the profile's uv and smg, no CUDA stack, toolkit, torch or weights
+    assert jobs.ssh(jobs.gateway, "ls -1 /opt/sglang").split() == ["smg", "tools"]
+    assert jobs.ssh(jobs.gateway, "ls -1 /opt/sglang/tools").startswith("uv-")
+    assert jobs.ssh(jobs.gateway, "ls /var/lib/sglang/models 2>/dev/null || echo none") == "none"
     # the weights: downloaded by the first run, one directory per host, asked for by no later run
     asked_by_first, asked_by_both = jobs.hub_requests_after_site
     assert asked_by_first > 0, "the first run downloads the weights from the Hub stand-in"
@@ -203,6 +201,10 @@ def test_verify_finds_the_models_and_gateway_the_inventory_serves(jobs, provisio
     assert checks[jobs.gateway]["gateway"]["detail"].startswith("smg: http://")
     service = checks[jobs.gateway]["service"]
     assert (service["status"], service["detail"]) == ("skip", "no service on this host")
+    for check in ("cuda", "torch"):  # no stack there, by design: not a failure
+        assert (checks[jobs.gateway][check]["status"], checks[jobs.gateway][check]["detail"]) == (
+            "skip", "a gateway-only host: site.yml gives it no CUDA stack")
+    assert [c for c in checks[jobs.gateway].values() if c["status"] == "fail"] == []
     sick = jobs.models[1]
     stand_in_health(jobs, sick, healthy=False)
     try:
