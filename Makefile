@@ -13,6 +13,9 @@ PYTEST_ARGS ?=
 # harness modules on one worker, everything else in order on the other); with 1, all in order. Both runs
 # always run; either failing fails make test. PYTEST_ARGS goes to both (options: -x, -k, --lf; a path
 # would run in both).
+# make test leaves out the extended tier (tests/tiers.py EXTENDED_TESTS: fleet tests left out of CI
+# for time); make test-all runs every test (TEST_MARK empty).
+TEST_MARK ?= not extended
 PYTEST_WORKERS ?= 2
 FLEET_WORKERS ?= 2
 FLEET_TESTS := tests/integration/fleet
@@ -20,13 +23,14 @@ FLEET_TESTS := tests/integration/fleet
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help setup site lock bundle test lint ruff ansible-lint syntax pytest unit integration mutation fleet-up fleet-down clean
+.PHONY: help setup site lock bundle test test-all lint ruff ansible-lint syntax pytest unit integration mutation fleet-up fleet-down clean
 
 help:
 	@echo "make site        provision the hosts of INVENTORY (default: this machine, inventory/local)"
 	@echo "make lock        (re)write profiles/pylock.PROFILE.toml (PROFILE=stable), the profile's full hashed lock"
 	@echo "make bundle      bundles/PROFILE: the lock and its wheels, for installs with no index (PLATFORMS=...)"
-	@echo "make test        ruff, ansible-lint (production), syntax-check of every playbook, pytest"
+	@echo "make test        ruff, ansible-lint (production), syntax-check of every playbook, pytest (what CI runs)"
+	@echo "make test-all    make test with the extended tier too (fleet tests left out of CI for time)"
 	@echo "make setup       create .venv/ from requirements.txt (no-op when up to date)"
 	@echo "make unit        unit tests only (fast, no fleet, no nvcc)"
 	@echo "make mutation    mutation score of every module_utils/ file against the unit suite (slow; not in test)"
@@ -62,18 +66,23 @@ bundle: setup
 # recipe then exits non-zero, so `make test` still fails. lint and syntax stop it at their failure; the
 # two pytest runs both run.
 TIMING_DIR := .cache/ci-timing
+MARK_ARGS = $(if $(TEST_MARK),-m "$(TEST_MARK)")
 TIMED := $(BIN)/python bench/ci_timing.py time --dir $(TIMING_DIR)
 test: setup
 	@rm -rf $(TIMING_DIR)
 	@$(TIMED) lint -- $(MAKE) --no-print-directory lint \
 	  && $(TIMED) syntax -- $(MAKE) --no-print-directory syntax \
-	  && { $(TIMED) pytest -- $(BIN)/python -m pytest --timing-json=$(TIMING_DIR)/pytest-report.json \
+	  && { $(TIMED) pytest -- $(BIN)/python -m pytest --timing-json=$(TIMING_DIR)/pytest-report.json $(MARK_ARGS) \
 	         --ignore=$(FLEET_TESTS) $(if $(filter-out 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile) $(PYTEST_ARGS); \
 	       rest=$$?; \
-	       $(TIMED) pytest-fleet -- $(BIN)/python -m pytest --timing-json=$(TIMING_DIR)/pytest-fleet-report.json \
+	       $(TIMED) pytest-fleet -- $(BIN)/python -m pytest --timing-json=$(TIMING_DIR)/pytest-fleet-report.json $(MARK_ARGS) \
 	         $(if $(filter-out 1,$(FLEET_WORKERS)),-n $(FLEET_WORKERS) --dist loadgroup) $(FLEET_TESTS) $(PYTEST_ARGS); \
 	       fleet=$$?; test $$rest = 0 && test $$fleet = 0; }; \
 	  status=$$?; echo; $(BIN)/python bench/ci_timing.py summary $(TIMING_DIR); exit $$status
+
+# Every test, the extended tier too (about 110 minutes on 2 cores): before changing what it covers.
+test-all:
+	@$(MAKE) --no-print-directory test TEST_MARK=
 
 lint: ruff ansible-lint
 

@@ -33,6 +33,7 @@ from pathlib import Path
 import ansible.module_utils
 import pytest
 from cache import cache_root
+from tiers import extended
 from xdist.scheduler import LoadGroupScheduling
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -68,7 +69,11 @@ class FleetGroupScheduling(LoadGroupScheduling):
         return fleet_lane(nodeid) or super()._split_scope(nodeid)
 
 
+@pytest.hookimpl(tryfirst=True)  # before the mark plugin's -m selection reads the marks
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if extended(item.nodeid):
+            item.add_marker(pytest.mark.extended)
     mixed = [item.nodeid for item in items if fleet_lane(item.nodeid) == "fleet-rollout"
              and "fleet" in getattr(item, "fixturenames", ())]  # fixturenames holds fleet_stack's too
     if mixed:

@@ -1,0 +1,54 @@
+"""The extended tier: fleet tests that `make test` (what CI runs) leaves out and `make test-all` runs.
+
+tests/conftest.py marks each test ``extended`` (before pytest's -m selection reads the marks); the
+Makefile passes ``-m "not extended"`` to make test's pytest runs.
+"""
+
+from __future__ import annotations
+
+# The extended tier: tests that `make test` (what CI runs) leaves out and `make test-all` runs. CI has 90
+# minutes on 2 cores and the whole suite took 106 (6,368 s on a clean clone, warm caches, 2026-12-02), so
+# CI timed out and landed nothing. Chosen by time: the fleet modules and tests that cost the most beyond
+# one end-to-end run of each job (site twice, verify, snapshot/reproduce, a rollout that builds the
+# kernel once from source and its rollback, the gateway, the toolkit, the driver's apt install, the
+# doctor), which stay in CI. Some left out have no other test in CI (the service gates' hang, crash and
+# bounded stop; the killed controller; the driver's reboot): run `make test-all` before changing what
+# they cover. Keys are test modules, values their tests in the tier (() = every test of the module);
+# tests/unit/test_test_tiers.py checks that each still names a test. Issue 21 (CI time) stays open
+# until they run in CI again.
+FLEET = "tests/integration/fleet/"
+EXTENDED_TESTS: dict[str, tuple[str, ...]] = {  # module -> its tests in the tier; () = the whole module
+    # rollout fleet: the put-back of a host a killed run left out, reproduce onto a model host, the
+    # controller SIGKILLed twice (needs that reproduce before it), the driver reboot walk
+    f"{FLEET}test_rolling_rebuild.py": (
+        "test_a_host_left_out_of_rotation_is_put_back_by_the_next_rollout",
+        "test_reproduce_moves_a_host_onto_another_hosts_lock_and_gates_its_model",
+        "test_a_rollout_whose_controller_is_killed_converges_on_the_next_run",
+        "test_driver_reboot_not_allowed_reboots_nothing_and_names_every_host",
+        "test_driver_reboot_walks_the_model_hosts_one_at_a_time_and_drops_no_request",
+    ),
+    # molecule's converge/idempotence/verify of the stack roles on 2 hosts of its own
+    f"{FLEET}test_fleet_molecule.py": (),
+    # a second stack beside the first (a changed pin)
+    f"{FLEET}test_stack.py": ("test_changed_pin_makes_a_second_stack_beside_the_first",),
+    # the driver's reboot path (its apt install stays in CI)
+    f"{FLEET}test_nvidia_driver_role.py": (
+        "test_reboot_needed_but_not_allowed_stops_the_host",
+        "test_check_mode_only_says_it_would_reboot",
+        "test_reboot_allowed_drains_reboots_and_verifies",
+        "test_rerun_after_reboot_changes_nothing_and_does_not_reboot",
+    ),
+    # the kernel role on 3 session hosts with torch 2.13.0 (the rollout builds the kernel from source once)
+    f"{FLEET}test_sgl_kernel_role.py": (),
+    # the service role's gates, gateway rotation and bounded stops on the session fleet
+    f"{FLEET}test_sglang_service.py": (),
+}
+
+
+def extended(nodeid: str) -> bool:
+    """Whether a test is in the extended tier (EXTENDED_TESTS)."""
+    path, _, name = nodeid.partition("::")
+    if path not in EXTENDED_TESTS:
+        return False
+    tests = EXTENDED_TESTS[path]
+    return not tests or name.split("[", maxsplit=1)[0] in tests
