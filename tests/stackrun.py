@@ -5,8 +5,8 @@ re-runs the playbook with the same settings, optionally with another profile. Th
 internet: uv, torch 2.14.1 (the cu130 build) and its dependencies come from the wheelhouse served by the
 controller (``--find-links``, no index), put there once by ``pip_download``.
 
-A profile is passed through a second inventory source, not as an extra variable: extra variables
-outrank the profile the stack role publishes (set_fact), which the role refuses.
+A profile is passed through a second inventory source (``stack_profile``, its name or path, as a user
+sets it in group_vars); the stack role publishes the loaded one as ``stack_profile_data``.
 """
 
 from __future__ import annotations

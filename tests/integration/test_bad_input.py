@@ -284,9 +284,9 @@ def test_the_gateway_without_the_profiles_tools_says_what_to_run_first(tmp_path)
     assert message == (
         "localhost: the gateway is installed with the profile's uv and smg version "
         "(sglang_service_gateway_uv, sglang_service_gateway_version; by default stack_uv and "
-        "stack_profile.smg.version), and neither the stack role's `tools` nor its `main` entry point ran on "
-        "this host. Run one of them first (playbooks/site.yml does), or set both variables. Nothing was "
-        "changed.")
+        "stack_profile_data.smg.version), and neither the stack role's `tools` nor its `main` entry point "
+        "ran on this host. Run one of them first (playbooks/site.yml does), or set both variables. Nothing "
+        "was changed.")
     assert not (tmp_path / "state").exists()
 
 

@@ -36,7 +36,8 @@ def pip_prefix(tmp_path_factory):
     wheelhouse = pip_download([f"{name}=={version}" for name, version in PIP_PINS.items()])
     prefix = tmp_path_factory.mktemp("cuda-pip") / "prefix"
     play = [{"hosts": "localhost", "gather_facts": False,
-             "vars": {"stack_profile": {"cuda": {"version": "13.0"}}, "stack_target_capabilities": ["12.0"]},
+             "vars": {"stack_profile_data": {"cuda": {"version": "13.0"}},
+                      "stack_target_capabilities": ["12.0"]},
              "roles": [{"role": "cuda_toolchain",
                         "vars": {"cuda_toolchain_method": "pip", "cuda_toolchain_pip_prefix": str(prefix),
                                  "cuda_toolchain_pip_python": sys.executable,

@@ -28,7 +28,7 @@ def render(expression: str, facts: dict, **overrides) -> object:
     role_vars = {**yaml.safe_load((ROLE / "defaults" / "main.yml").read_text()),
                  **yaml.safe_load((ROLE / "vars" / "main.yml").read_text()), **overrides}
     templar = Templar(loader=DataLoader(), variables={**trusted(role_vars), "ansible_facts": facts,
-                                                      "stack_profile": {"cuda": {"version": "13.0"}}})
+                                                      "stack_profile_data": {"cuda": {"version": "13.0"}}})
     return templar.template(trust_as_template(expression))
 
 

@@ -8,8 +8,8 @@ and the templates they render; a fact published by a role the entry point itself
 `facts` inside verify, say) is not an input. Role defaults and vars that refer to another role's fact
 (sglang_service_gateway_uv: "{{ stack_uv }}") are read where they are used, which this does not follow.
 
-Known exception, and why: ``stack_profile`` is the profile's name or path in the inventory and the loaded
-profile (a dict) once the stack role ran; until the loaded one gets a name of its own, no single type fits.
+No exception: ``stack_profile`` stays the profile's name or path (a string, from the inventory); the loaded
+profile is ``stack_profile_data`` (a dict), a fact of its own.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import pytest
 import yaml
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
-NOT_TYPED = {"stack_profile"}
 
 
 def _walk(tasks):
@@ -114,7 +113,7 @@ def inputs(role: str, entry: str) -> set:
 @pytest.mark.parametrize(("role", "entry", "options"), list(_entry_points()),
                          ids=[f"{role}:{entry}" for role, entry, _ in _entry_points()])
 def test_every_fact_an_entry_point_reads_from_another_role_is_a_typed_option(role, entry, options):
-    assert sorted(inputs(role, entry) - options - NOT_TYPED) == []
+    assert sorted(inputs(role, entry) - options) == []
 
 
 def test_the_reader_sees_the_contract_it_checks():
@@ -123,4 +122,5 @@ def test_the_reader_sees_the_contract_it_checks():
     # it includes stack's facts entry point itself
     assert {"stack_python", "pytorch_installed_version", "cuda_toolchain_env"} <= inputs("sgl_kernel", "main")
     assert "stack_root" not in inputs("verify", "main")
-    assert "stack_profile" in inputs("pytorch", "main")  # the one known exception is still read
+    assert "stack_profile_data" in inputs("pytorch", "main")
+    assert "stack_profile" not in inputs("pytorch", "main")  # a name in the inventory, not a fact

@@ -24,7 +24,7 @@ def render(stack_profile):
     """The three variables as the role sees them ({} for no stack_profile at all)."""
     role_vars = {k: trust_as_template(v) if isinstance(v, str) else v for k, v in DEFAULTS.items()}
     if stack_profile is not None:
-        role_vars["stack_profile"] = stack_profile
+        role_vars["stack_profile_data"] = stack_profile
     templar = Templar(loader=DataLoader(), variables=role_vars)
     return tuple(templar.template(trust_as_template(f"{{{{ {key} }}}}")) for key in KEYS)
 

@@ -35,7 +35,7 @@ def download_wheels() -> None:
 
 def stack_facts(wheelhouse_url: str) -> dict:
     return {
-        "stack_profile": {"name": "test", "sglang": {"version": "0.5.23"}, "smg": {"version": "1.13.0"},
+        "stack_profile_data": {"name": "test", "sglang": {"version": "0.5.23"}, "smg": {"version": "1.13.0"},
                           "flashinfer": {"version": ""}},
         "stack_python": f"{STACK}/bin/python",
         "stack_root": STACK_ROOT,

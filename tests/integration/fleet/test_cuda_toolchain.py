@@ -27,7 +27,7 @@ PIP_PINS = DEFAULTS["cuda_toolchain_pip_packages_by_version"]["13.0"]
 KERNEL = REPO / "tests" / "fixtures" / "cuda" / "scale.cu"
 STAND_IN_NVCC = REPO / "tests" / "stand_ins" / "nvcc-12.6"
 # What the stack role publishes; set here until it runs before this role in the tests.
-STACK = {"stack_profile": {"cuda": {"version": "13.0"}}, "stack_target_capabilities": ["12.0", "10.0"]}
+STACK = {"stack_profile_data": {"cuda": {"version": "13.0"}}, "stack_target_capabilities": ["12.0", "10.0"]}
 
 
 def toolchain_play(hosts: str, role_vars: dict | None = None, *, compile_kernel: bool = True) -> list:
