@@ -2,20 +2,19 @@
 
 tests/conftest.py marks each test ``extended`` (before pytest's -m selection reads the marks); the
 Makefile passes ``-m "not extended"`` to make test's pytest runs.
+
+CI has 90 minutes on 2 cores and the whole suite took 106 (6,368 s on a clean clone, warm caches,
+2026-12-02), so CI timed out and landed nothing. Chosen by time: the fleet modules and tests that cost the
+most beyond one end-to-end run of each job (site twice, verify, snapshot/reproduce, a rollout that builds
+the kernel once from source and its rollback, the gateway, the toolkit, the driver's apt install, the
+doctor), which stay in CI. Some left out have no other test in CI (the service gates' hang, crash and
+bounded stop; the killed controller; the driver's reboot): run `make test-all` before changing what they
+cover. tests/unit/test_test_tiers.py checks that each entry still names a test. Issue 21 (CI time) stays
+open until they run in CI again.
 """
 
 from __future__ import annotations
 
-# The extended tier: tests that `make test` (what CI runs) leaves out and `make test-all` runs. CI has 90
-# minutes on 2 cores and the whole suite took 106 (6,368 s on a clean clone, warm caches, 2026-12-02), so
-# CI timed out and landed nothing. Chosen by time: the fleet modules and tests that cost the most beyond
-# one end-to-end run of each job (site twice, verify, snapshot/reproduce, a rollout that builds the
-# kernel once from source and its rollback, the gateway, the toolkit, the driver's apt install, the
-# doctor), which stay in CI. Some left out have no other test in CI (the service gates' hang, crash and
-# bounded stop; the killed controller; the driver's reboot): run `make test-all` before changing what
-# they cover. Keys are test modules, values their tests in the tier (() = every test of the module);
-# tests/unit/test_test_tiers.py checks that each still names a test. Issue 21 (CI time) stays open
-# until they run in CI again.
 FLEET = "tests/integration/fleet/"
 EXTENDED_TESTS: dict[str, tuple[str, ...]] = {  # module -> its tests in the tier; () = the whole module
     # rollout fleet: the put-back of a host a killed run left out, reproduce onto a model host, the
