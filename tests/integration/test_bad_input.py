@@ -243,9 +243,10 @@ def test_a_job_that_targets_nothing_fails_and_says_why(tmp_path, playbook, extra
     assert run_unchanged(tmp_path, playbook, LOCAL, TARGETS, extravars=extravars) == expected
 
 
-def test_a_rollout_of_a_model_that_spans_hosts_is_refused(tmp_path):
-    """A multi-node model's ranks restart together; the rollout's batches would split them: refused in
-    preflight, naming each host and model, before anything changes."""
+def test_a_rollout_of_part_of_a_multi_node_model_is_refused(tmp_path):
+    """A multi-node model's ranks restart together, so the rollout moves its hosts as one unit: a host of
+    its group left out of the hosts to roll is refused in preflight, naming the model and the host, before
+    anything changes."""
     path = tmp_path / "hosts.yml"
     path.write_text(textwrap.dedent(f"""\
         all:
@@ -263,14 +264,13 @@ def test_a_rollout_of_a_model_that_spans_hosts_is_refused(tmp_path):
             big_tp:
               hosts:
                 localhost:
+                other-node:
         """))
     message = run_unchanged(tmp_path, "rolling_rebuild.yml", path,
-                            "Refuse a rollout of a model that spans several hosts")
+                            "Check that each multi-node model's hosts are rolled together")
     assert message == (
-        "rolling_rebuild.yml cannot roll a model that spans several hosts: localhost: big (nodes_group "
-        "big_tp). All its ranks must restart together, and the rollout restarts its hosts a batch at a time. "
-        "Leave those hosts out (-e rolling_rebuild_hosts='sglang_replicas:!GROUP') and move them with "
-        "playbooks/site.yml --limit GROUP when the model may stop. Nothing was changed.")
+        "model 'big' spans localhost, other-node (nodes_group 'big_tp'), but other-node is not among the "
+        "hosts to roll: its ranks restart together, so roll all of them or none. Nothing was changed.")
 
 
 def test_the_gateway_without_the_profiles_tools_says_what_to_run_first(tmp_path):

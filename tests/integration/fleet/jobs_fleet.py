@@ -225,9 +225,9 @@ class JobsFleet:
                              "sglang-main.service")
         return dict(line.split("=", 1) for line in out.splitlines())
 
-    def healthy(self, host: str) -> bool:
+    def healthy(self, host: str, port: int = MODEL_PORT) -> bool:
         try:
-            with urllib.request.urlopen(f"http://{self.address[host]}:{MODEL_PORT}/health_generate",
+            with urllib.request.urlopen(f"http://{self.address[host]}:{port}/health_generate",
                                         timeout=10) as response:
                 return response.status == 200
         except OSError:

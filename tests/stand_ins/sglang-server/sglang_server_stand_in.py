@@ -23,6 +23,13 @@ With ``--enable-metrics`` (as SGLang 0.5.23) it serves /metrics in Prometheus te
 ``sglang:num_running_reqs`` (here: requests in flight) and ``sglang:num_queue_reqs`` (always 0), the
 signal a rolling rebuild waits on before it restarts a drained server.
 
+Multi-node tensor parallel (``--nnodes N --node-rank R --dist-init-addr HOST:PORT``), as SGLang's ranks form
+one process group at the dist-init address: rank 0 listens there and is ready only once every other rank
+has joined running the same stack (the real path of ``sys.prefix``: a rank on another stack is refused
+and logged, as mismatched builds cannot form one group); a rank that leaves makes rank 0's health 503 until
+it is back. Ranks > 0 serve no HTTP: they join rank 0 (retrying until it listens) and join again when it
+goes away (a restarted rank 0), until SIGTERM.
+
 Speculative decoding: with ``--speculative-algorithm`` on its command line, POST /generate answers in
 SGLang 0.5.23's shape (``{"text", "meta_info"}``) with the per-request figures SGLang puts in meta_info
 (``spec_verify_ct``, ``spec_accept_length`` = completion_tokens / spec_verify_ct,
@@ -50,6 +57,7 @@ def log(message):
 
 class State:
     ready = False
+    ranks = None  # multi-node, rank 0: {rank: stack} of the ranks that joined
     draining = False
     healthy = True
     refusing = False
@@ -57,6 +65,79 @@ class State:
     served = 0
     lock = threading.Lock()
     stopped = threading.Event()
+
+
+def stack_of_this_process():
+    """What ranks of one model must share: the stack this Python runs from (`current` resolved)."""
+    return os.path.realpath(sys.prefix)
+
+
+def split_address(address):
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def serve_rendezvous(args, stack):
+    """Rank 0: accept the other ranks at the dist-init port; each sends one line {"rank", "stack"}."""
+    State.ranks = {}
+    _, port = split_address(args.dist_init_addr)
+    listener = socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True) \
+        if socket.has_dualstack_ipv6() else socket.create_server(("", port))
+
+    def member(conn):
+        with conn, conn.makefile("rw") as stream:
+            try:
+                hello = json.loads(stream.readline() or "{}")
+            except ValueError:
+                return
+            rank, theirs = hello.get("rank"), hello.get("stack")
+            if theirs != stack:
+                log(f"node rank {rank} runs {theirs}, rank 0 runs {stack}: the ranks of one model must "
+                    "run the same stack; refused")
+                stream.write("refused\n")
+                stream.flush()
+                return
+            stream.write("ok\n")
+            stream.flush()
+            with State.lock:
+                State.ranks[rank] = theirs
+            log(f"node rank {rank} joined ({len(State.ranks) + 1}/{args.nnodes} ranks)")
+            stream.read()  # until the rank goes away
+            with State.lock:
+                State.ranks.pop(rank, None)
+            log(f"node rank {rank} left: the model has {len(State.ranks) + 1}/{args.nnodes} ranks")
+
+    def accept():
+        while True:
+            conn, _ = listener.accept()
+            threading.Thread(target=member, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+
+
+def all_ranks_joined(args):
+    return State.ranks is None or len(State.ranks) == args.nnodes - 1
+
+
+def join_rank0(args, stack):
+    """Rank > 0: join rank 0 and stay joined; join again when it goes away. Never returns."""
+    host, port = split_address(args.dist_init_addr)
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=5) as conn, conn.makefile("rw") as stream:
+                conn.settimeout(None)
+                stream.write(json.dumps({"rank": args.node_rank, "stack": stack}) + "\n")
+                stream.flush()
+                answer = stream.readline().strip()
+                if answer == "ok":
+                    log(f"node rank {args.node_rank}: joined rank 0 at {args.dist_init_addr}")
+                    stream.read()
+                    log(f"node rank {args.node_rank}: rank 0 went away; joining again")
+                else:
+                    log(f"node rank {args.node_rank}: rank 0 refused this rank ({answer or 'closed'})")
+        except OSError as exc:
+            log(f"node rank {args.node_rank}: rank 0 at {args.dist_init_addr} not reachable yet ({exc})")
+        time.sleep(1)
 
 
 def spec_figures(args, completion_tokens):
@@ -125,7 +206,7 @@ def make_handler(args):
             self.wfile.write(data)
 
         def _up(self):
-            return State.ready and not State.draining
+            return State.ready and not State.draining and all_ranks_joined(args)
 
         def _refused(self, path):
             """sglang's own answer to a request without the right key (its routes here are NORMAL)."""
@@ -233,9 +314,10 @@ def main(argv):
     if args.node_rank and args.node_rank > 0:
         # only rank 0 serves HTTP; the other ranks join rank 0 and wait
         log(f"node rank {args.node_rank}: joining {args.dist_init_addr}; no HTTP server on this rank")
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        while True:
-            time.sleep(3600)
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+        join_rank0(args, stack_of_this_process())
+    if args.nnodes and args.nnodes > 1:
+        serve_rendezvous(args, stack_of_this_process())
     server = ThreadingHTTPServer((args.host, args.port), make_handler(args))
     server.daemon_threads = True
 
@@ -265,6 +347,10 @@ def main(argv):
         waited += step
         log(f"loading ({min(waited, delay):.0f}/{delay:.0f} s)")
     log("Load weight end. type=StandInForCausalLM, dtype=bfloat16")
+    if not all_ranks_joined(args):
+        log(f"waiting for the other node ranks at {args.dist_init_addr}")
+    while not all_ranks_joined(args) and not State.draining:
+        time.sleep(0.2)
     if mode != "hang" and not State.draining:
         State.ready = True
         log("The server is fired up and ready to roll!")
