@@ -116,6 +116,40 @@ def test_every_fact_an_entry_point_reads_from_another_role_is_a_typed_option(rol
     assert sorted(inputs(role, entry) - options) == []
 
 
+# Inputs an entry point may be entered without, each with why; every other input is `required: true`, so a
+# missing one fails when the role is entered (ansible-core's argument validation), not mid-run.
+OPTIONAL_INPUTS = {
+    # used only on a path that needs them (a source build, an install into an unsealed stack); the role
+    # also installs a verified wheel into a bare venv given its Python, path and targets
+    # (tests/integration/test_sgl_kernel_role_local.py)
+    ("sgl_kernel", "main"): {"cuda_toolchain_env", "cuda_toolchain_version", "pytorch_installed_version",
+                             "stack_constraints_file", "stack_sealed", "stack_uv", "stack_uv_env",
+                             "stack_wheel_store"},
+    # used only to install sglang into an unsealed stack without a lock (sglang_service_install)
+    ("sglang_service", "main"): {"cuda_toolchain_env", "stack_constraints_file", "stack_lock_sha256",
+                                 "stack_sealed", "stack_uv", "stack_uv_env"},
+    # the entry point checks them itself, with a message that says to run the stack role's tools first
+    # (tests/integration/test_bad_input.py), and sglang_service_gateway_uv / _version replace them
+    ("sglang_service", "gateway"): {"stack_profile_data", "stack_uv"},
+}
+
+
+def _required(role: str, entry: str) -> set:
+    spec = yaml.safe_load((ROLES / role / "meta" / "argument_specs.yml").read_text())["argument_specs"][entry]
+    return {name for name, option in ((spec or {}).get("options") or {}).items()
+            if (option or {}).get("required")}
+
+
+@pytest.mark.parametrize(("role", "entry", "options"), list(_entry_points()),
+                         ids=[f"{role}:{entry}" for role, entry, _ in _entry_points()])
+def test_every_input_is_required_unless_said_why_not(role, entry, options):
+    optional = OPTIONAL_INPUTS.get((role, entry), set())
+    inputs_ = inputs(role, entry)
+    assert sorted(inputs_ - optional - _required(role, entry)) == []
+    assert sorted(optional - inputs_) == [], "OPTIONAL_INPUTS names what the entry point no longer reads"
+    assert sorted(optional & _required(role, entry)) == []
+
+
 def test_the_reader_sees_the_contract_it_checks():
     # the analysis itself: sgl_kernel's main entry point reads the stack's Python and torch's version
     # (published by stack and pytorch), and verify's main reads nothing of stack's facts as input because
