@@ -104,12 +104,11 @@ def _safe_name(name):
     if not isinstance(name, str):
         return False
     parts = name.split("/")
-    return (name and not name.startswith("/")
-            and all(p not in ("", ".", "..") for p in parts) and parts[0] != STATE_DIR
-            and name != MANIFEST)
+    return (name and all(p not in ("", ".", "..") for p in parts)  # a leading / leaves an empty part
+            and parts[0] != STATE_DIR and name != MANIFEST)
 
 
-def file_entry(name, size, sha256="", sha1=""):
+def file_entry(name, size, sha256=None, sha1=None):
     """One file of a plan: its name, size and the hash its source publishes (sha256, else git sha1)."""
     if not _safe_name(name):
         raise WeightsError(f"the source lists a file named {name!r}: refused (not a plain relative path)")
@@ -119,7 +118,7 @@ def file_entry(name, size, sha256="", sha1=""):
         if not SHA256_RE.match(sha256):
             raise WeightsError(f"{name}: the source's sha256 {sha256!r} is not 64 hex digits")
         return {"name": name, "size": size, "sha256": sha256}
-    if not SHA1_RE.match(sha1 or ""):
+    if not (sha1 and SHA1_RE.match(sha1)):
         raise WeightsError(f"{name}: the source publishes neither a sha256 nor a git blob sha1")
     return {"name": name, "size": size, "sha1": sha1}
 
@@ -131,7 +130,7 @@ def hub_files(siblings):
     for s in siblings:
         lfs = s.get("lfs") or {}
         entries.append(file_entry(s.get("rfilename"), lfs.get("size", s.get("size")),
-                                  sha256=lfs.get("sha256", ""), sha1=s.get("blob_id") or ""))
+                                  sha256=lfs.get("sha256"), sha1=s.get("blob_id")))
     return order(entries)
 
 
@@ -144,7 +143,7 @@ def manifest_files(manifest, where):
     """Plan entries from a staged directory's manifest served by a mirror."""
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):
         raise WeightsError(f"{where} is not a model_weights manifest (no files list)")
-    return order([file_entry(f.get("name"), f.get("size"), f.get("sha256", ""), f.get("sha1", ""))
+    return order([file_entry(f.get("name"), f.get("size"), f.get("sha256"), f.get("sha1"))
                   for f in manifest["files"] if isinstance(f, dict)])
 
 
@@ -153,10 +152,11 @@ def partial_path(directory, name):
 
 
 def _size(path):
+    """The file's size, None when there is no file."""
     try:
         return os.stat(path).st_size
     except OSError:
-        return -1
+        return None
 
 
 def bytes_present(directory, entries):
@@ -168,7 +168,7 @@ def bytes_present(directory, entries):
         if size == e["size"]:
             done += size
         else:
-            done += min(max(_size(partial_path(directory, e["name"])), 0), e["size"])
+            done += min(_size(partial_path(directory, e["name"])) or 0, e["size"])
     return done
 
 
@@ -208,7 +208,7 @@ def hash_file(path, algorithm):
 def mismatch(path, entry):
     """Why the file at ``path`` is not the entry's file, or "" when it is."""
     size = _size(path)
-    if size < 0:
+    if size is None:
         return "missing"
     if size != entry["size"]:
         return f"size {size}, the source says {entry['size']}"
@@ -222,8 +222,8 @@ def mismatch(path, entry):
 def read_manifest(directory):
     """The manifest of a staged directory, or None (absent or unreadable: not staged)."""
     try:
-        with open(os.path.join(directory, MANIFEST), encoding="utf-8") as handle:
-            manifest = json.load(handle)
+        with open(os.path.join(directory, MANIFEST), "rb") as handle:
+            manifest = json.loads(handle.read().decode())  # UTF-8, whatever the locale
     except (OSError, ValueError):
         return None
     return manifest if isinstance(manifest, dict) else None
@@ -245,9 +245,8 @@ def build_manifest(source, commit, entries, now=None):
 def write_json_atomic(path, data):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=1, sort_keys=True)
-        handle.write("\n")
+    with open(tmp, "wb") as handle:  # json.dumps writes ASCII only (ensure_ascii)
+        handle.write(json.dumps(data, indent=1, sort_keys=True).encode() + b"\n")
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
@@ -285,7 +284,7 @@ def fetch_file(url, headers, directory, entry, *, timeout=60, on_bytes=None, ope
     name."""
     part = partial_path(directory, entry["name"])
     os.makedirs(os.path.dirname(part), exist_ok=True)
-    have = max(_size(part), 0)
+    have = _size(part) or 0
     if have > entry["size"]:
         os.unlink(part)
         have = 0
@@ -312,6 +311,8 @@ def fetch_file(url, headers, directory, entry, *, timeout=60, on_bytes=None, ope
                     if on_bytes:
                         on_bytes(len(block))
     else:
+        if not have:  # an empty file: nothing to download
+            open(part, "wb").close()
         _feed(digest, part)
     size = _size(part)
     wrong = (f"size {size}, the source says {entry['size']}" if size != entry["size"]
@@ -328,7 +329,7 @@ def fetch_file(url, headers, directory, entry, *, timeout=60, on_bytes=None, ope
     return resumed
 
 
-def http_error_message(status, what, where, has_token):
+def http_error_message(status, what, where, has_token=False):
     """An HTTP failure of a weights source, said plainly (the token itself never appears)."""
     if status == 401:
         return (f"{where} refused the token (401 Unauthorized) for {what}: "
@@ -383,8 +384,8 @@ def read_config(directory):
     """config.json of a staged (or partly staged) directory."""
     path = os.path.join(directory, "config.json")
     try:
-        with open(path, encoding="utf-8") as handle:
-            config = json.load(handle)
+        with open(path, "rb") as handle:
+            config = json.loads(handle.read().decode())  # UTF-8, whatever the locale
     except OSError as exc:
         raise WeightsError(f"{path}: cannot read it ({exc.strerror}); "
                            f"a model directory has a config.json") from None
@@ -401,17 +402,16 @@ def url_error_reason(exc):
     return getattr(reason, "strerror", None) or str(reason)
 
 
-
 def mirror_plan(source, timeout, opener=None):
     """(commit, entries) from a mirror: the manifest of a staged directory it serves."""
     where = source["url"] + "/" + MANIFEST
     try:
         with (opener or OPENER).open(where, timeout=timeout) as response:
-            manifest = json.loads(response.read().decode("utf-8"))
+            manifest = json.loads(response.read().decode())
     except urllib.error.HTTPError as exc:
         raise WeightsError(http_error_message(exc.code, f"{MANIFEST} of {source['repo']}@"
-                                              f"{source['revision']}", source["url"], False)) from None
-    except urllib.error.URLError as exc:
+                                              f"{source['revision']}", source["url"])) from None
+    except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
         raise WeightsError(unreachable_message(source["url"], url_error_reason(exc))) from None
     except ValueError as exc:
         raise WeightsError(f"{where} is not JSON ({exc})") from None
@@ -424,11 +424,12 @@ def mirror_plan(source, timeout, opener=None):
 class Progress:
     """Writes the progress file the role's progress lines read (default: in the staged directory)."""
 
+    current = ""  # the file being fetched, named in the progress line
+
     def __init__(self, path, total, done, clock=time.monotonic):
         self.path = path
         self.total, self.done, self.start_done = total, done, done
         self.clock, self.started, self.last = clock, clock(), 0.0
-        self.current = ""
 
     def forget(self, count):
         """Bytes counted as present that are not (a file fetched again)."""
@@ -448,7 +449,7 @@ class Progress:
                                       "error": error, "line": line, "elapsed": round(elapsed, 1)})
 
 
-def stage(source, root, *, plan, file_url, headers, draft_of=None, algorithm="", check_mode=False,
+def stage(source, root, *, plan, file_url, headers, draft_of=None, algorithm=None, check_mode=False,
           timeout=60, free=free_bytes, progress_file=""):
     """Stage one source under ``root``. ``plan()`` -> (commit, entries) asks the source (only when the
     directory is not staged); ``file_url(commit, name)`` is where a file is fetched. Returns the result

@@ -332,6 +332,25 @@ def test_fetch_of_a_whole_part_only_checks_it(tmp_path, mirror):
     assert len(server.requests) == asked
 
 
+def test_an_empty_file_is_staged_without_a_request(tmp_path, mirror):
+    server, source, _entries, _src = mirror
+    entry = mw.file_entry("sub/empty.txt", 0, hashlib.sha256(b"").hexdigest())
+    asked = len(server.requests)
+    assert mw.fetch_file(f"{source['url']}/sub/empty.txt", {}, str(tmp_path), entry) == 0
+    assert (tmp_path / "sub" / "empty.txt").read_bytes() == b""
+    assert oct((tmp_path / "sub" / "empty.txt").stat().st_mode & 0o777) == "0o644"
+    assert len(server.requests) == asked
+    assert not Path(mw.partial_path(str(tmp_path), entry["name"])).exists()
+
+
+def test_an_empty_file_with_another_hash_is_refused(tmp_path, mirror):
+    _server, source, _entries, _src = mirror
+    entry = mw.file_entry("empty.txt", 0, "0" * 64)
+    with pytest.raises(mw.WeightsError, match=r"empty\.txt from .*: sha256 e3b0c442"):
+        mw.fetch_file(f"{source['url']}/empty.txt", {}, str(tmp_path), entry)
+    assert not (tmp_path / "empty.txt").exists()
+
+
 def test_fetch_starts_over_when_the_server_ignores_the_range(tmp_path):
     data = os.urandom(50_000)
     (tmp_path / "srv").mkdir()
