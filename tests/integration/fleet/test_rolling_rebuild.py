@@ -599,6 +599,7 @@ def test_driver_reboot_walks_the_model_hosts_one_at_a_time_and_drops_no_request(
 # ranks form one group at the dist-init address: rank 0 is ready only once rank 1 joined running the same
 # stack, so a walk that restarted one rank at a time would fail rank 0's gate.
 PAIR_PORT = 30010
+CRASH_ON_STACK = "/run/sglang-stand-in/crash-on-stack"  # the stand-in crashes on the stack this file names
 PLAN_UNITS = "Group the hosts into units and batches (a multi-node model's hosts are rolled together)"
 RESTART = "Restart the model units on the new stack and pass the readiness gate"
 
@@ -633,62 +634,51 @@ class TaskStarts:
 
 @pytest.fixture(scope="module")
 def pair_rollouts(jobs, provisioned, first_rollout):
-    """h2 and h3 also serve `pair` (provisioned by site.yml on B), then two rollouts to C: the first with
-    h3's new stack carrying the crashing stand-in (its rank 1 runs a stack rank 0 refuses, its `main`
-    crashes), the second without."""
+    """h2 and h3 also serve `pair` (provisioned by site.yml on B), then two rollouts: every model host to D
+    (profile `pair`: a new stack on each), then the pair's hosts back to B with h3's servers crashing on B
+    (the stand-in's crash-on-stack file names B on h3: its `main` fails its gate, its rank 1 never joins)."""
     _h1, h2, h3 = jobs.models
     pair_hosts = {h: {"sglang_service_models": [model(jobs.hub.url), pair_model()],
                       "sglang_service_gate_bound": 40} for h in (h2, h3)}
     groups = jobs.inventory / "30-pair.yml"
     groups.write_text(yaml.safe_dump({"all": {"children": {"pair_tp": {"hosts": {h2: None, h3: None}}}}}))
     jobs.write_inventory(pair_hosts)
-    jobs.use_profile(jobs.workdir / "rollout.yml")  # B
+    b_profile = jobs.workdir / "rollout.yml"
+    jobs.use_profile(b_profile)
     site = play(jobs, SITE, limit=f"{h2},{h3}", timeout=1800)
     assert site.rc == 0, site.stdout[-6000:]
     assert pair_healthy(jobs, h2), "site.yml started the pair (rank 0 on h2, rank 1 on h3)"
     on_b = {h: jobs.current(h) for h in (h2, h3)}
-    c_profile = profile_file(jobs.workdir / "c", "rollout", **{
-        "sgl_kernel.install": "source", "sgl_kernel.source.archive_url": jobs.kernel["url"],
-        "flashinfer.version": "0.7.1"})
-    jobs.use_profile(c_profile)
-    crashing = [*PARSER_DEPENDENCIES, jobs.wheels["crash"]]
-    jobs.write_inventory({**pair_hosts, h3: {**pair_hosts[h3], "sglang_service_extra_packages": crashing}})
+    (jobs.workdir / "d").mkdir(exist_ok=True)
+    jobs.use_profile(profile_file(jobs.workdir / "d", "pair", **{
+        "sgl_kernel.install": "source", "sgl_kernel.source.archive_url": jobs.kernel["url"]}))
+    pids = pair_pids(jobs, (h2, h3))
     client = ClientLoop(f"http://{jobs.address[jobs.gateway]}:8000")
     client.start()
     try:
-        failed = play(jobs, ROLLOUT, timeout=2400)
-        after_failed = {"current": {h: jobs.current(h) for h in (h2, h3)}, "pair": pair_healthy(jobs, h2),
-                        "main": {h: jobs.healthy(h) for h in jobs.models}, "workers": jobs.gateway_workers()}
-        jobs.write_inventory(pair_hosts)
-        pids = pair_pids(jobs, (h2, h3))
         starts = TaskStarts()
         passed = play(jobs, ROLLOUT, timeout=2400, on_event=starts)
+        on_d = {h: jobs.current(h) for h in (h2, h3)}
+        after_passed = {"pair": pair_healthy(jobs, h2), "pids": pair_pids(jobs, (h2, h3)),
+                        "workers": jobs.gateway_workers()}
+        jobs.use_profile(b_profile)
+        jobs.ssh(h3, f"mkdir -p /run/sglang-stand-in && echo {on_b[h3]} > {CRASH_ON_STACK}")
+        failed = play(jobs, ROLLOUT, timeout=2400, extravars={"rolling_rebuild_hosts": "pair_tp"})
+        after_failed = {"current": {h: jobs.current(h) for h in (h2, h3)}, "pair": pair_healthy(jobs, h2),
+                        "main": {h: jobs.healthy(h) for h in jobs.models}, "workers": jobs.gateway_workers()}
     finally:
         client.stop()
+        jobs.ssh(h3, f"rm -f {CRASH_ON_STACK}", check=False)
         jobs.write_inventory()
         groups.unlink()
-    print(f"\nrollouts B -> C of a model on 2 hosts (one failing, then one passing): client requests through "
+    print(f"\nrollouts of a model on 2 hosts (B -> D through, D -> B failing on h3): client requests through "
           f"the gateway: {client.total} ({client.ok} ok, {len(client.failures)} failed)")
-    return {"on_b": on_b, "failed": failed, "after_failed": after_failed, "pids": pids, "starts": starts,
-            "passed": passed, "client": client}
+    return {"on_b": on_b, "on_d": on_d, "pids": pids, "starts": starts, "passed": passed,
+            "after_passed": after_passed, "failed": failed, "after_failed": after_failed, "client": client}
 
 
-def test_a_multi_node_model_whose_rank_fails_is_rolled_back_as_one_unit(jobs, pair_rollouts):
-    """h3's new stack crashes: its `main` fails its gate and its rank 1 is refused by rank 0 (another stack),
-    so both hosts of the pair go back to B together, the pair serves again, and the rollout halts."""
-    _h1, h2, h3 = jobs.models
-    failed, after = pair_rollouts["failed"], pair_rollouts["after_failed"]
-    assert failed.rc != 0, failed.stdout[-6000:]
-    plan = failed.task_runs(PLAN_UNITS)
-    assert [r["units"] for r in plan.values()] == [[[jobs.models[0]], [h2, h3]]]
-    records = summary(failed)
-    assert records[h2]["result"] == records[h3]["result"] == "rolled back", records
-    assert "sglang-main" in records[h3]["reason"], records[h3]
-    assert f"{h3}: " in records[h2]["reason"] or "sglang-pair" in records[h2]["reason"], records[h2]
-    assert after["current"] == pair_rollouts["on_b"], "both ranks back on B"
-    assert after["pair"], "rank 0 ready again: rank 1 rejoined on the same stack"
-    assert all(after["main"].values()), after["main"]
-    assert after["workers"] == {jobs.worker_url(h): True for h in jobs.models}
+def results(records: dict) -> dict:
+    return {h: (r["result"], r["reason"]) for h, r in records.items()}
 
 
 def test_a_multi_node_model_is_rolled_as_one_unit_gated_at_rank_0(jobs, pair_rollouts):
@@ -696,7 +686,7 @@ def test_a_multi_node_model_is_rolled_as_one_unit_gated_at_rank_0(jobs, pair_rol
     restarts, restarted together, rank 0 gated, both back in; h1 (a unit of its own) is its own batch. The
     client through the gateway (served by h1 while the pair's hosts are out) sees no failure."""
     h1, h2, h3 = jobs.models
-    passed, starts = pair_rollouts["passed"], pair_rollouts["starts"]
+    passed, starts, after = pair_rollouts["passed"], pair_rollouts["starts"], pair_rollouts["after_passed"]
     assert passed.rc == 0, passed.stdout[-6000:]
     [plan] = passed.task_runs(PLAN_UNITS).values()
     assert (plan["units"], plan["batches"]) == ([[h1], [h2, h3]], [1, 2])
@@ -704,13 +694,32 @@ def test_a_multi_node_model_is_rolled_as_one_unit_gated_at_rank_0(jobs, pair_rol
     assert max(starts.first(h, "Take the host out of the gateway's rotation") for h in (h2, h3)) < min(
         starts.first(h, SWITCH) for h in (h2, h3))
     records = summary(passed)
-    assert records[h2]["result"] == records[h3]["result"] == "updated", records
+    assert records[h2]["result"] == records[h3]["result"] == "updated", results(records)
     assert records[h2]["new_fingerprint"] == records[h3]["new_fingerprint"]
-    assert jobs.current(h2) == jobs.current(h3) == records[h2]["new_stack"] != pair_rollouts["on_b"][h2]
-    after = pair_pids(jobs, (h2, h3))
-    assert all(after[h] != pair_rollouts["pids"][h] for h in (h2, h3)), "both ranks restarted"
-    assert pair_healthy(jobs, h2), "rank 0 ready: rank 1 joined on the same new stack"
-    assert jobs.gateway_workers() == {jobs.worker_url(h): True for h in jobs.models}
+    on_d = pair_rollouts["on_d"]
+    assert on_d[h2] == on_d[h3] == records[h2]["new_stack"] != pair_rollouts["on_b"][h2]
+    assert all(after["pids"][h] != pair_rollouts["pids"][h] for h in (h2, h3)), "both ranks restarted"
+    assert after["pair"], "rank 0 ready: rank 1 joined on the same new stack"
+    assert after["workers"] == {jobs.worker_url(h): True for h in jobs.models}
     client = pair_rollouts["client"]
     assert client.failures == [], client.failures[:10]
     assert client.ok > 0
+
+
+def test_a_multi_node_model_whose_rank_fails_is_rolled_back_as_one_unit(jobs, pair_rollouts):
+    """Back to B on the pair's hosts, with h3's servers crashing on B: h3's `main` fails its gate and rank 0
+    on h2 never sees rank 1, so both hosts go back to D together, the pair serves again, the rollout
+    halts, and the client through the gateway sees no failure."""
+    _h1, h2, h3 = jobs.models
+    failed, after = pair_rollouts["failed"], pair_rollouts["after_failed"]
+    assert failed.rc != 0, failed.stdout[-6000:]
+    plan = failed.task_runs(PLAN_UNITS)
+    assert [(r["units"], r["batches"]) for r in plan.values()] == [([[h2, h3]], [2])]
+    records = summary(failed)
+    assert records[h2]["result"] == records[h3]["result"] == "rolled back", results(records)
+    assert "sglang-main" in records[h3]["reason"], results(records)
+    assert f"{h3}: " in records[h2]["reason"], results(records)
+    assert after["current"] == pair_rollouts["on_d"], "both ranks back on D"
+    assert after["pair"], "rank 0 ready again: rank 1 rejoined on the same stack"
+    assert all(after["main"].values()), after["main"]
+    assert after["workers"] == {jobs.worker_url(h): True for h in jobs.models}

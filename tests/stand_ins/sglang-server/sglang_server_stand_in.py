@@ -13,6 +13,9 @@ Failure modes, from the environment (the unit's Environment= / EnvironmentFile=)
 ``hang``: port open and /ready 503 forever after "Load weight end" (the field case: a loaded model,
 zero GPU use, health never 200). ``crash``: a traceback and exit 1 during load. ``drain-forever``:
 SIGTERM starts a drain that never ends (what TimeoutStopSec must bound).
+A test control for a crash tied to one stack (as a stack with a broken build would): when the file
+``/run/sglang-stand-in/crash-on-stack`` holds the name of the stack this server runs from, every rank
+crashes while loading, whatever the mode (the stack stays usable for the others).
 ``--api-key``: each request is let through or refused (401 {"error": "Unauthorized"}) by the real
 sglang's own decision (``sglang.srt.utils.auth.decide_request_auth``: /health*, /ready* and /metrics* need
 no key, every other endpoint of the stand-in needs ``Authorization: Bearer <key>``).
@@ -70,6 +73,17 @@ class State:
 def stack_of_this_process():
     """What ranks of one model must share: the stack this Python runs from (`current` resolved)."""
     return os.path.realpath(sys.prefix)
+
+
+CRASH_ON_STACK = "/run/sglang-stand-in/crash-on-stack"
+
+
+def crashes_on_this_stack():
+    try:
+        with open(CRASH_ON_STACK) as handle:
+            return handle.read().strip() == os.path.basename(stack_of_this_process())
+    except OSError:
+        return False
 
 
 def split_address(address):
@@ -311,6 +325,10 @@ def main(argv):
     log(f"STAND-IN sglang server (not SGLang): arguments parsed by the real sglang parser; mode={mode}")
     log(f"server_args=model_path={args.model_path} host={args.host} port={args.port} tp_size={args.tp_size} "
         f"nnodes={args.nnodes} node_rank={args.node_rank} dist_init_addr={args.dist_init_addr}")
+    if crashes_on_this_stack():
+        log("Traceback (most recent call last):")
+        log(f"RuntimeError: STAND-IN crash on start ({CRASH_ON_STACK} names this stack)")
+        return 1
     if args.node_rank and args.node_rank > 0:
         # only rank 0 serves HTTP; the other ranks join rank 0 and wait
         log(f"node rank {args.node_rank}: joining {args.dist_init_addr}; no HTTP server on this rank")
