@@ -145,3 +145,24 @@ def test_plan_refuses_every_problem_at_once():
 def test_plan_of_a_bad_batch_size_is_refused():
     with pytest.raises(UnitsError, match="at least 1"):
         plan(["a"], {}, {}, 0)
+
+
+def test_a_model_after_one_without_a_group_still_joins_its_hosts():
+    # only a declares the model: its group joins a and b even though a lists a plain model first
+    assert units(["a", "b"], {"a": [CHAT, big()], "b": []}, {"big_tp": ["a", "b"]}) == ([["a", "b"]], [])
+
+
+def test_a_model_after_a_bad_group_still_joins_its_hosts():
+    models = {"a": [big("missing", "x"), big("g", "y")], "b": []}
+    found, problems = units(["a", "b"], models, {"g": ["a", "b"]})
+    assert found == [["a", "b"]]
+    assert problems == [
+        "a: model 'x' names nodes_group 'missing', a group that is not in the inventory or has no host"]
+
+
+def test_a_model_after_one_spanning_hosts_outside_still_joins_its_hosts():
+    models = {"a": [big("wide", "x"), big("g", "y")], "b": []}
+    found, problems = units(["a", "b"], models, {"wide": ["a", "z"], "g": ["a", "b"]})
+    assert found == [["a", "b"]]
+    assert len(problems) == 1
+    assert problems[0].startswith("model 'x' spans a, z")
