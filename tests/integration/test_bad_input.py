@@ -243,7 +243,12 @@ def test_a_job_that_targets_nothing_fails_and_says_why(tmp_path, playbook, extra
     assert run_unchanged(tmp_path, playbook, LOCAL, TARGETS, extravars=extravars) == expected
 
 
-def test_a_rollout_of_part_of_a_multi_node_model_is_refused(tmp_path):
+@pytest.mark.parametrize(("playbook", "extravars"), [
+    ("rolling_rebuild.yml", {}),
+    # reproduce moves hosts with the rollout's walk, so the same rule holds there
+    ("reproduce.yml", {"reproduce_hosts": "localhost", "reproduce_lock": "locks/good.lock.yml"}),
+])
+def test_a_rollout_of_part_of_a_multi_node_model_is_refused(tmp_path, playbook, extravars):
     """A multi-node model's ranks restart together, so the rollout moves its hosts as one unit: a host of
     its group left out of the hosts to roll is refused in preflight, naming the model and the host, before
     anything changes."""
@@ -266,11 +271,36 @@ def test_a_rollout_of_part_of_a_multi_node_model_is_refused(tmp_path):
                 localhost:
                 other-node:
         """))
-    message = run_unchanged(tmp_path, "rolling_rebuild.yml", path,
-                            "Check that each multi-node model's hosts are rolled together")
+    stop_at = "Check that each multi-node model's hosts are rolled together"
+    message = run_unchanged(tmp_path, playbook, path, stop_at, extravars=extravars)
     assert message == (
         "model 'big' spans localhost, other-node (nodes_group 'big_tp'), but other-node is not among the "
         "hosts to roll: its ranks restart together, so roll all of them or none. Nothing was changed.")
+
+
+def test_a_rollout_of_hosts_serving_models_without_a_gateway_is_refused(tmp_path):
+    """A host restarted in rotation drops the requests sent to it: with no gateway host, the rollout's plan
+    refuses hosts that serve models (naming them) unless rolling_rebuild_without_gateway says so."""
+    path = tmp_path / "hosts.yml"
+    path.write_text(textwrap.dedent(f"""\
+        all:
+          vars:
+            ansible_connection: local
+            ansible_python_interpreter: "{{{{ ansible_playbook_python }}}}"
+            stack_root: {tmp_path}/opt/stacks
+          children:
+            sglang_replicas:
+              hosts:
+                localhost:
+                  sglang_service_models:
+                    - {CHAT}
+        """))
+    message = run_unchanged(tmp_path, "rolling_rebuild.yml", path,
+                            "Check the rollout's settings and the gateway group")
+    assert message == (
+        "group sglang_gateway has no host: a host restarted in rotation drops the requests sent to it "
+        "(localhost serve models). Add the gateway hosts, or set rolling_rebuild_without_gateway: true to "
+        "restart without taking hosts out of rotation (requests in flight still drain).")
 
 
 def test_the_gateway_without_the_profiles_tools_says_what_to_run_first(tmp_path):
