@@ -30,6 +30,8 @@ EXTENDED_TESTS: dict[str, tuple[str, ...]] = {  # module -> its tests in the tie
         # .ci/run beside the locked install they took the disk from 42 GiB free to none
         "test_a_multi_node_model_is_rolled_as_one_unit_gated_at_rank_0",
         "test_a_multi_node_model_whose_rank_fails_is_rolled_back_as_one_unit",
+        # the driver reboot of rank 1's host walks the pair as one unit (after the two tests above)
+        "test_a_driver_reboot_of_one_rank_takes_the_whole_model_out_and_restarts_it_together",
     ),
     # molecule's converge/idempotence/verify of the stack roles on 2 hosts of its own
     f"{FLEET}test_fleet_molecule.py": (),

@@ -6,8 +6,9 @@ Stacks: site.yml makes stack A (the stable profile: torch 2.14.1, the released s
 first rollout moves to B (the test kernel package as a source build, real nvcc: one build, three installs);
 the second to C (another fingerprint: a flashinfer pin) with host 2's new stack carrying a stand-in that
 crashes at start, so its readiness gate fails and host 2 is rolled back to B while host 3 is never reached.
-Then playbooks/reproduce.yml puts a lock of host 1 (on C) onto host 3 (on B), restarting and gating its
-model. A rollout back to B has its controller SIGKILLed twice (after host 1's gate, before its put-back;
+Then playbooks/reproduce.yml puts a lock of host 1 (on C) onto host 3 (on B), moving it as a rollout does
+(out of rotation, switched, restarted, gated, back) under client load. A rollout back to B has its
+controller SIGKILLed twice (after host 1's gate, before its put-back;
 after host 3's drain, before its switch) and converges on the next run. Last, playbooks/nvidia_driver.yml
 with a stand-in driver that needs a reboot on every model host
 (tests/integration/fleet/nvidia_driver/stand_in.yml: no GPU here) refuses to reboot them without
@@ -374,8 +375,9 @@ def test_a_host_that_fails_its_gate_is_rolled_back_and_the_rollout_halts(jobs, f
 
 def test_reproduce_moves_a_host_onto_another_hosts_lock_and_gates_its_model(jobs, first_rollout):
     """After the halted rollout host 1 runs C and host 3 still B. A lock of host 1 (snapshot.yml)
-    reproduced on host 3 moves it to C with the stack role's `switch` and restarts its model with the
-    sglang_service role's `restart`, whose readiness gate runs on the restarted unit."""
+    reproduced on host 3: the stack role's `reproduce` installs C beside B, then the rollout's walk moves
+    host 3 as a rollout moves a host: out of the gateway's rotation, drained, switched, its model restarted
+    and gated, back in rotation. A client sends requests through the gateway the whole time: none fails."""
     h1, _h2, h3 = jobs.models
     locks = jobs.workdir / "locks"
     snap = play(jobs, SNAPSHOT, extravars={"snapshot_host": h1, "snapshot_name": "from-host-1",
@@ -386,9 +388,15 @@ def test_reproduce_moves_a_host_onto_another_hosts_lock_and_gates_its_model(jobs
     before = jobs.unit(h3)
     start = time.monotonic()
     lock = locks / "from-host-1.lock.yml"
-    result = play(jobs, REPRODUCE, timeout=1800,
-                  extravars={"reproduce_hosts": h3, "reproduce_lock": str(lock)})
-    print(f"\nreproduce.yml of host 1's lock onto host 3: {time.monotonic() - start:.0f} s")
+    client = ClientLoop(f"http://{jobs.address[jobs.gateway]}:8000")
+    client.start()
+    try:
+        result = play(jobs, REPRODUCE, timeout=1800,
+                      extravars={"reproduce_hosts": h3, "reproduce_lock": str(lock)})
+    finally:
+        client.stop()
+    print(f"\nreproduce.yml of host 1's lock onto host 3: {time.monotonic() - start:.0f} s; client requests "
+          f"through the gateway: {client.total} ({client.ok} ok, {len(client.failures)} failed)")
     assert result.rc == 0, result.stdout[-6000:]
     assert jobs.current(h3) == target
     assert jobs.fingerprint(h3) == jobs.fingerprint(h1)
@@ -397,7 +405,21 @@ def test_reproduce_moves_a_host_onto_another_hosts_lock_and_gates_its_model(jobs
     assert after["ActiveState"] == "active"
     assert after["MainPID"] != before["MainPID"], "the model unit was restarted onto the new stack"
     assert events(result, GATE_POLL) == [h3], "the readiness gate ran on the restarted unit"
+    # the rollout's order: installed beside (current untouched), out of rotation, drained, switched,
+    # restarted, back in rotation
+    tasks = [r["task"] for r in result.results[h3] if r["event"] != "runner_on_skipped"]
+    steps = ["Install exactly the lock, every wheel checked against its hash", ROUTE,
+             "Wait for the requests in flight of each model to finish", "Point current at the stack",
+             GATE_POLL, ROUTE]
+    at = [tasks.index(steps[0])]
+    for step in steps[1:]:
+        at.append(tasks.index(step, at[-1] + 1))
+    assert at == sorted(at), list(zip(steps, at))
+    assert summary(result)[h3]["result"] == "updated"
+    assert jobs.gateway_workers() == dict.fromkeys((jobs.worker_url(h) for h in jobs.models), True)
     assert jobs.healthy(h3)
+    assert client.failures == [], client.failures[:10]
+    assert client.ok > 0
 
 
 class KillAt:
@@ -632,17 +654,25 @@ class TaskStarts:
         return self.starts.index((host, task))
 
 
-@pytest.fixture(scope="module")
-def pair_rollouts(jobs, provisioned, first_rollout):
-    """h2 and h3 also serve `pair` (provisioned by site.yml on B), then two rollouts: every model host to D
-    (profile `pair`: a new stack on each), then the pair's hosts back to B with h3's servers crashing on B
-    (the stand-in's crash-on-stack file names B on h3: its `main` fails its gate, its rank 1 never joins)."""
+def pair_inventory(jobs: JobsFleet):
+    """h2 and h3 serve `pair` besides `main` (group pair_tp); returns the group file (unlink it and
+    jobs.write_inventory() to go back)."""
     _h1, h2, h3 = jobs.models
     pair_hosts = {h: {"sglang_service_models": [model(jobs.hub.url), pair_model()],
                       "sglang_service_gate_bound": 40} for h in (h2, h3)}
     groups = jobs.inventory / "30-pair.yml"
     groups.write_text(yaml.safe_dump({"all": {"children": {"pair_tp": {"hosts": {h2: None, h3: None}}}}}))
     jobs.write_inventory(pair_hosts)
+    return groups
+
+
+@pytest.fixture(scope="module")
+def pair_rollouts(jobs, provisioned, first_rollout):
+    """h2 and h3 also serve `pair` (provisioned by site.yml on B), then two rollouts: every model host to D
+    (profile `pair`: a new stack on each), then the pair's hosts back to B with h3's servers crashing on B
+    (the stand-in's crash-on-stack file names B on h3: its `main` fails its gate, its rank 1 never joins)."""
+    _h1, h2, h3 = jobs.models
+    groups = pair_inventory(jobs)
     b_profile = jobs.workdir / "rollout.yml"
     jobs.use_profile(b_profile)
     site = play(jobs, SITE, limit=f"{h2},{h3}", timeout=1800)
@@ -723,3 +753,68 @@ def test_a_multi_node_model_whose_rank_fails_is_rolled_back_as_one_unit(jobs, pa
     assert after["pair"], "rank 0 ready again: rank 1 rejoined on the same stack"
     assert all(after["main"].values()), after["main"]
     assert after["workers"] == {jobs.worker_url(h): True for h in jobs.models}
+
+
+DRIVER_UNITS = "Group the hosts into units (a multi-node model's hosts are walked together)"
+DRIVER_RESTART = "Restart the unit's models together and gate them"
+
+
+@pytest.fixture(scope="module")
+def pair_driver_reboot(jobs, pair_rollouts, tmp_path_factory):
+    """The stand-in driver on the pair's hosts: h2's loaded module is the installed one, h3's needs a reboot
+    (rank 1's host). nvidia_driver.yml on both with nvidia_driver_reboot_ok, a client through the gateway."""
+    _h1, h2, h3 = jobs.models
+    repo = driver_apt_repo.build(tmp_path_factory.mktemp("stand-in-apt-pair"))
+    for host, loaded in ((h2, "b200-x8"), (h3, "nvml-mismatch")):
+        stand_in = play(jobs, DRIVER_STAND_IN, limit=host, extravars={
+            "stand_ins": str(REPO_ROOT / "tests" / "stand_ins"), "stand_in_repo": str(repo),
+            "stand_in_modinfo": "open-580.95.05", "stand_in_next_boot": "b200-x8", "stand_in_loaded": loaded})
+        assert stand_in.rc == 0, stand_in.stdout[-4000:]
+    groups = pair_inventory(jobs)
+    boots = {h: jobs.ssh(h, BOOT_MARK) for h in (h2, h3)}
+    pids = pair_pids(jobs, (h2, h3))
+    client = ClientLoop(f"http://{jobs.address[jobs.gateway]}:8000")
+    client.start()
+    try:
+        starts = TaskStarts()
+        result = play(jobs, DRIVER, limit=f"{h2},{h3}", timeout=1800, on_event=starts,
+                      extravars={**DRIVER_VARS, "nvidia_driver_reboot_ok": True})
+        after = {"boots": {h: jobs.ssh(h, BOOT_MARK) for h in (h2, h3)}, "pids": pair_pids(jobs, (h2, h3)),
+                 "pair": pair_healthy(jobs, h2), "workers": jobs.gateway_workers()}
+    finally:
+        client.stop()
+        jobs.write_inventory()
+        groups.unlink()
+    print(f"\nnvidia_driver.yml rebooting rank 1's host of a model on 2 hosts: client requests through the "
+          f"gateway: {client.total} ({client.ok} ok, {len(client.failures)} failed)")
+    return {"result": result, "starts": starts, "boots": boots, "pids": pids, "after": after,
+            "client": client}
+
+
+def test_a_driver_reboot_of_one_rank_takes_the_whole_model_out_and_restarts_it_together(jobs,
+                                                                                       pair_driver_reboot):
+    """Only h3 (rank 1's host) needs a reboot, but the pair stops when any rank does: both hosts leave the
+    gateway's rotation, only h3 reboots, the pair's units restart on both hosts together and rank 0 is gated,
+    then both go back. The client through the gateway (h1 serves meanwhile) sees no failure."""
+    _h1, h2, h3 = jobs.models
+    result, starts = pair_driver_reboot["result"], pair_driver_reboot["starts"]
+    after = pair_driver_reboot["after"]
+    assert result.rc == 0, result.stdout[-8000:]
+    [units] = result.task_runs(DRIVER_UNITS).values()
+    assert units["units"] == [[h2, h3]]
+    boots = pair_driver_reboot["boots"]
+    assert after["boots"][h3] != boots[h3], "h3 needed a reboot"
+    assert after["boots"][h2] == boots[h2], "h2 did not need one"
+    # the unit left rotation (one change, from its first host) before h3 rebooted; the pair's units
+    # restarted on both hosts after it; the unit came back after the restart
+    reboot = next(t for h, t in starts.starts if h == h3 and t.startswith("Reboot for the driver"))
+    assert starts.first(h2, "Take the host's unit out of the gateway's rotation") < starts.first(h3, reboot)
+    assert min(starts.first(h, DRIVER_RESTART) for h in (h2, h3)) > starts.first(h3, reboot)
+    assert starts.first(h2, "Put the host's unit back in the gateway's rotation") > max(
+        starts.first(h, DRIVER_RESTART) for h in (h2, h3))
+    assert all(after["pids"][h] != pair_driver_reboot["pids"][h] for h in (h2, h3)), "both ranks restarted"
+    assert after["pair"], "rank 0 ready: rank 1 rejoined after the reboot"
+    assert after["workers"] == {jobs.worker_url(h): True for h in jobs.models}
+    client = pair_driver_reboot["client"]
+    assert client.failures == [], client.failures[:10]
+    assert client.ok > 0
