@@ -40,8 +40,9 @@ def host_state(tmp_path: Path) -> dict:
             "reports": listing(REPO_ROOT / "reports")}
 
 
-def inventory(tmp_path: Path, host_vars: str) -> Path:
-    """localhost over a local connection, every path of the stack under tmp_path, plus ``host_vars``."""
+def inventory(tmp_path: Path, host_vars: str, children: str = "") -> Path:
+    """localhost over a local connection, every path of the stack under tmp_path, plus ``host_vars`` and
+    the groups of ``children`` (YAML under all.children)."""
     path = tmp_path / "hosts.yml"
     path.write_text(textwrap.dedent(f"""\
         all:
@@ -52,7 +53,8 @@ def inventory(tmp_path: Path, host_vars: str) -> Path:
               stack_root: {tmp_path}/opt/stacks
               stack_tools_dir: {tmp_path}/opt/tools
               stack_uv_cache_dir: {tmp_path}/opt/uv-cache
-        """) + textwrap.indent(textwrap.dedent(host_vars), " " * 6))
+        """) + textwrap.indent(textwrap.dedent(host_vars), " " * 6)
+        + ("  children:\n" + textwrap.indent(textwrap.dedent(children), " " * 4) if children else ""))
     return path
 
 
@@ -252,25 +254,19 @@ def test_a_rollout_of_part_of_a_multi_node_model_is_refused(tmp_path, playbook, 
     """A multi-node model's ranks restart together, so the rollout moves its hosts as one unit: a host of
     its group left out of the hosts to roll is refused in preflight, naming the model and the host, before
     anything changes."""
-    path = tmp_path / "hosts.yml"
-    path.write_text(textwrap.dedent(f"""\
-        all:
-          vars:
-            ansible_connection: local
-            ansible_python_interpreter: "{{{{ ansible_playbook_python }}}}"
-            stack_root: {tmp_path}/opt/stacks
-          children:
-            sglang_replicas:
-              hosts:
-                localhost:
-                  sglang_service_models:
-                    - {CHAT}
-                    - {{name: big, model_path: /models/big, port: 30001, tp_size: 2, nodes_group: big_tp}}
-            big_tp:
-              hosts:
-                localhost:
-                other-node:
-        """))
+    path = inventory(tmp_path, f"""\
+        sglang_service_models:
+          - {CHAT}
+          - {{name: big, model_path: /models/big, port: 30001, tp_size: 2, nodes_group: big_tp}}
+        """, children="""\
+        sglang_replicas:
+          hosts:
+            localhost:
+        big_tp:
+          hosts:
+            localhost:
+            other-node:
+        """)
     stop_at = "Check that each multi-node model's hosts are rolled together"
     message = run_unchanged(tmp_path, playbook, path, stop_at, extravars=extravars)
     assert message == (
@@ -281,20 +277,14 @@ def test_a_rollout_of_part_of_a_multi_node_model_is_refused(tmp_path, playbook, 
 def test_a_rollout_of_hosts_serving_models_without_a_gateway_is_refused(tmp_path):
     """A host restarted in rotation drops the requests sent to it: with no gateway host, the rollout's plan
     refuses hosts that serve models (naming them) unless rolling_rebuild_without_gateway says so."""
-    path = tmp_path / "hosts.yml"
-    path.write_text(textwrap.dedent(f"""\
-        all:
-          vars:
-            ansible_connection: local
-            ansible_python_interpreter: "{{{{ ansible_playbook_python }}}}"
-            stack_root: {tmp_path}/opt/stacks
-          children:
-            sglang_replicas:
-              hosts:
-                localhost:
-                  sglang_service_models:
-                    - {CHAT}
-        """))
+    path = inventory(tmp_path, f"""\
+        sglang_service_models:
+          - {CHAT}
+        """, children="""\
+        sglang_replicas:
+          hosts:
+            localhost:
+        """)
     message = run_unchanged(tmp_path, "rolling_rebuild.yml", path,
                             "Check the rollout's settings and the gateway group")
     assert message == (
