@@ -6,6 +6,7 @@ Results come back per host and per task, so tests assert on real module output (
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -88,9 +89,28 @@ def run_playbook(playbook: str | Path | list, inventory: str | Path | None = Non
                 res["task"] = data.get("task")
                 res["event"] = event["event"]
                 results.setdefault(data.get("host"), []).append(res)
+        _record_task_times(playbook, runner.events)
         stats = runner.stats or {}
         return PlayResult(rc=runner.rc, status=runner.status, stdout=runner.stdout.read(),
                           results=results, stats=stats)
+
+
+def _record_task_times(playbook, events) -> None:
+    """With SGLANG_TASK_TIMES=FILE set, append one JSON line per task result (playbook, task, host, start,
+    end, seconds: ansible-runner's own timestamps), to see where a slow play spends its time
+    (``python -m tests.task_times FILE`` sums them per task)."""
+    path = os.environ.get("SGLANG_TASK_TIMES")
+    if not path:
+        return
+    name = playbook if isinstance(playbook, str) else "(inline play)"
+    with open(path, "a", encoding="utf-8") as out:
+        for event in events:
+            data = event.get("event_data", {})
+            if event.get("event") in ("runner_on_ok", "runner_on_failed") \
+                    and data.get("start") and data.get("end"):
+                out.write(json.dumps({"playbook": name, "task": data.get("task"), "role": data.get("role"),
+                                      "host": data.get("host"), "start": data["start"], "end": data["end"],
+                                      "seconds": data.get("duration")}) + "\n")
 
 
 def run_module(module: str, args: dict | None = None, *, check: bool = False,

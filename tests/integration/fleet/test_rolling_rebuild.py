@@ -330,7 +330,37 @@ def test_rollout_builds_once_installs_three_times_and_drops_no_request(jobs, fir
     assert set(client.workers) == set(jobs.models), dict(client.workers)
 
 
-def test_a_host_that_fails_its_gate_is_rolled_back_and_the_rollout_halts(jobs, first_rollout):
+class KillAt:
+    """Kills the controller (SIGKILL to ansible-playbook's process group: the playbook and its workers,
+    as a controller that dies takes both) when ``task`` starts on ``host``, read from ansible-runner's
+    per-host task-start events, not from console text. A task's start event comes before its `when` is
+    read, so the task named must be one that runs: the rollout's task names are unique for this."""
+
+    def __init__(self, host: str, task: str):
+        self.host, self.task, self.killed = host, task, False
+
+    def __call__(self, event: dict) -> None:
+        data = event.get("event_data", {})
+        if self.killed or event.get("event") != "runner_on_start":
+            return
+        if (data.get("host"), data.get("task")) == (self.host, self.task):
+            group = os.getpgid(event["pid"])
+            assert group != os.getpgrp(), "ansible-playbook runs in a process group of its own"
+            self.killed = True
+            os.killpg(group, signal.SIGKILL)
+
+
+PUT_BACK = "Put the host back in the gateway's rotation"
+SWITCH = "Point current at the new stack (the old one is protected from retention)"
+SYNC = "Sync the environment to the lock (hash-checked, no index)"
+
+
+def test_a_rollout_killed_while_staging_resumes_then_a_failing_gate_rolls_back(jobs, first_rollout):
+    """B -> C. First the controller is SIGKILLed while the build host (h1) stages C, as its lock's sync
+    starts: nothing live changed (every host on its stack, same server process, all in rotation) and h1
+    holds C half-staged (neither installed nor sealed). The next run finishes that very stack, then rolls:
+    h1 moves to C; h2's new stack crashes while loading, so h2 is rolled back to B and the rollout halts;
+    h3 is not reached (nothing on it changed). A client loop through the gateway sees no failed request."""
     h1, h2, h3 = jobs.models
     assert first_rollout["result"].rc == 0, first_rollout["result"].stdout[-6000:]
     (jobs.workdir / "c").mkdir(exist_ok=True)
@@ -345,21 +375,35 @@ def test_a_host_that_fails_its_gate_is_rolled_back_and_the_rollout_halts(jobs, f
     client = ClientLoop(f"http://{jobs.address[jobs.gateway]}:8000")
     client.start()
     try:
+        kill = KillAt(h1, SYNC)
+        killed = play(jobs, ROLLOUT, timeout=1800, on_event=kill)
+        assert kill.killed, killed.stdout[-4000:]
+        assert killed.rc != 0, killed.stdout[-4000:]
+        half_staged = set(jobs.stacks(h1)) - set(before[h1][1])
+        after_kill = {h: (jobs.current(h), jobs.unit(h)) for h in jobs.models}
+        workers_after_kill = jobs.gateway_workers()
         result = play(jobs, ROLLOUT, timeout=2400)
     finally:
         client.stop()
         jobs.write_inventory()
-    print(f"\nrollout B -> C with host 2 failing its gate: client requests through the gateway: "
-          f"{client.total} "
-          f"({client.ok} ok, {len(client.failures)} failed)")
+    print(f"\nrollout B -> C killed while h1 staged C, then run again with host 2 failing its gate: client "
+          f"requests through the gateway: {client.total} ({client.ok} ok, {len(client.failures)} failed)")
+    # the kill changed nothing live, and left C half-staged on the build host only
+    assert after_kill == {h: (before[h][0], before[h][2]) for h in jobs.models}
+    assert workers_after_kill == {jobs.worker_url(h): True for h in jobs.models}
+    assert len(half_staged) == 1, (half_staged, jobs.stacks(h1))
+    (half_staged,) = half_staged
+    assert jobs.ssh(h1, f"ls -A /opt/sglang/stacks/{half_staged}/.lock-installed "
+                        f"/opt/sglang/stacks/{half_staged}/.sealed 2>/dev/null", check=False) == "", (
+        "the kill came before the stack's install finished")
     assert result.rc != 0, "the play must fail"
     records = summary(result)
     assert records[h1]["result"] == "updated"
     assert records[h2]["result"] == "rolled back"
     assert "gate" in records[h2]["reason"].lower() or "sglang-main" in records[h2]["reason"]
     assert records[h3]["result"] == "not reached"
-    # host 1 on the new fingerprint
-    assert jobs.current(h1) == records[h1]["new_stack"] != before[h1][0]
+    # host 1 on the new fingerprint: the very stack the killed run had begun, finished
+    assert jobs.current(h1) == records[h1]["new_stack"] == half_staged != before[h1][0]
     # host 2 back on the old stack, healthy and in rotation
     assert jobs.current(h2) == before[h2][0]
     assert records[h2]["new_stack"] in jobs.stacks(h2), "the failed new stack stays for inspection"
@@ -420,30 +464,6 @@ def test_reproduce_moves_a_host_onto_another_hosts_lock_and_gates_its_model(jobs
     assert jobs.healthy(h3)
     assert client.failures == [], client.failures[:10]
     assert client.ok > 0
-
-
-class KillAt:
-    """Kills the controller (SIGKILL to ansible-playbook's process group: the playbook and its workers,
-    as a controller that dies takes both) when ``task`` starts on ``host``, read from ansible-runner's
-    per-host task-start events, not from console text. A task's start event comes before its `when` is
-    read, so the task named must be one that runs: the rollout's task names are unique for this."""
-
-    def __init__(self, host: str, task: str):
-        self.host, self.task, self.killed = host, task, False
-
-    def __call__(self, event: dict) -> None:
-        data = event.get("event_data", {})
-        if self.killed or event.get("event") != "runner_on_start":
-            return
-        if (data.get("host"), data.get("task")) == (self.host, self.task):
-            group = os.getpgid(event["pid"])
-            assert group != os.getpgrp(), "ansible-playbook runs in a process group of its own"
-            self.killed = True
-            os.killpg(group, signal.SIGKILL)
-
-
-PUT_BACK = "Put the host back in the gateway's rotation"
-SWITCH = "Point current at the new stack (the old one is protected from retention)"
 
 
 def test_a_rollout_whose_controller_is_killed_converges_on_the_next_run(jobs, first_rollout):
