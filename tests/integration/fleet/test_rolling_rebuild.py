@@ -352,13 +352,13 @@ class KillAt:
 
 PUT_BACK = "Put the host back in the gateway's rotation"
 SWITCH = "Point current at the new stack (the old one is protected from retention)"
-SYNC = "Sync the environment to the lock (hash-checked, no index)"
+TORCH = "Install the locked torch"  # the rollout's profiles resolve on the host: its torch install
 
 
 def test_a_rollout_killed_while_staging_resumes_then_a_failing_gate_rolls_back(jobs, first_rollout):
-    """B -> C. First the controller is SIGKILLed while the build host (h1) stages C, as its lock's sync
+    """B -> C. First the controller is SIGKILLed while the build host (h1) stages C, as its torch install
     starts: nothing live changed (every host on its stack, same server process, all in rotation) and h1
-    holds C half-staged (neither installed nor sealed). The next run finishes that very stack, then rolls:
+    holds C half-staged (torch not installed, not sealed). The next run finishes that very stack, then rolls:
     h1 moves to C; h2's new stack crashes while loading, so h2 is rolled back to B and the rollout halts;
     h3 is not reached (nothing on it changed). A client loop through the gateway sees no failed request."""
     h1, h2, h3 = jobs.models
@@ -375,11 +375,14 @@ def test_a_rollout_killed_while_staging_resumes_then_a_failing_gate_rolls_back(j
     client = ClientLoop(f"http://{jobs.address[jobs.gateway]}:8000")
     client.start()
     try:
-        kill = KillAt(h1, SYNC)
+        kill = KillAt(h1, TORCH)
         killed = play(jobs, ROLLOUT, timeout=1800, on_event=kill)
         assert kill.killed, killed.stdout[-4000:]
         assert killed.rc != 0, killed.stdout[-4000:]
         half_staged = set(jobs.stacks(h1)) - set(before[h1][1])
+        # what the half-staged stacks hold of the markers of a finished torch install and of a sealed stack
+        markers = {name: jobs.ssh(h1, f"cd /opt/sglang/stacks/{name} && ls -A locks/torch.installed .sealed "
+                                      "2>/dev/null", check=False) for name in half_staged}
         after_kill = {h: (jobs.current(h), jobs.unit(h)) for h in jobs.models}
         workers_after_kill = jobs.gateway_workers()
         result = play(jobs, ROLLOUT, timeout=2400)
@@ -393,9 +396,7 @@ def test_a_rollout_killed_while_staging_resumes_then_a_failing_gate_rolls_back(j
     assert workers_after_kill == {jobs.worker_url(h): True for h in jobs.models}
     assert len(half_staged) == 1, (half_staged, jobs.stacks(h1))
     (half_staged,) = half_staged
-    assert jobs.ssh(h1, f"ls -A /opt/sglang/stacks/{half_staged}/.lock-installed "
-                        f"/opt/sglang/stacks/{half_staged}/.sealed 2>/dev/null", check=False) == "", (
-        "the kill came before the stack's install finished")
+    assert markers == {half_staged: ""}, "the kill came before torch was installed and the stack sealed"
     assert result.rc != 0, "the play must fail"
     records = summary(result)
     assert records[h1]["result"] == "updated"
