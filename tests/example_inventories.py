@@ -7,8 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from ansible.module_utils.model_weights import parse_source, staged_dir
 
-INVENTORIES = Path(__file__).resolve().parent.parent / "inventory"
+REPO = Path(__file__).resolve().parent.parent
+INVENTORIES = REPO / "inventory"
+# where the model_weights role stages weights unless told otherwise (its default, read, not restated)
+WEIGHTS_DEFAULTS = REPO / "roles" / "model_weights" / "defaults" / "main.yml"
+WEIGHTS_ROOT = yaml.safe_load(WEIGHTS_DEFAULTS.read_text())["model_weights_root"]
 
 
 @dataclass(frozen=True)
@@ -22,6 +27,17 @@ class Entry:
     @property
     def where(self) -> str:
         return f"inventory/{self.inventory}/group_vars/{self.group}.yml: sglang_service_models[{self.index}]"
+
+    @property
+    def staged(self) -> dict:
+        """What the model_weights role publishes for this entry once it staged its sources
+        (model_weights_staged: {name: {model_path, draft_model_path}}), from the role's own functions."""
+        here = {}
+        for key, path_key in (("weights", "model_path"), ("draft_weights", "draft_model_path")):
+            if self.model.get(key):
+                source = parse_source(self.model[key], f"{self.where}.{key}")
+                here[path_key] = staged_dir(WEIGHTS_ROOT, source)
+        return {self.model["name"]: here} if here else {}
 
 
 def model_entries() -> list[Entry]:

@@ -86,7 +86,7 @@ def test_invalid_entries_are_rejected_before_rendering():
 def test_the_example_inventories_command_lines_parse_with_the_real_parser():
     entries = model_entries()
     assert {(e.inventory, e.capability) for e in entries} >= {("kimi-k2.5", "12.0"), ("kimi-k2.5", "10.0")}
-    rendered = [render(e.model, [e.capability], prefix=e.where) for e in entries]
+    rendered = [render(e.model, [e.capability], prefix=e.where, staged=e.staged) for e in entries]
     results = _parse([r["args"] for r in rendered])
     for entry, parsed in zip(entries, results):
         assert parsed["ok"], (entry.where, parsed)
@@ -96,7 +96,9 @@ def test_the_example_inventories_command_lines_parse_with_the_real_parser():
         if spec:
             parsed_spec = (parsed["speculative_algorithm"], parsed["draft"], parsed["num_steps"],
                            parsed["topk"], parsed["draft_tokens"])
-            assert parsed_spec == (spec["algorithm"], spec["draft_model_path"], spec["num_steps"],
+            staged = entry.staged.get(entry.model["name"], {})
+            draft = staged.get("draft_model_path") or spec["draft_model_path"]
+            assert parsed_spec == (spec["algorithm"], draft, spec["num_steps"],
                                    spec["eagle_topk"], spec["num_draft_tokens"]), entry.where
     kimi = {e.capability: p for e, p in zip(entries, results) if e.inventory == "kimi-k2.5"}
     assert kimi["12.0"]["attention_backend"] == "triton"

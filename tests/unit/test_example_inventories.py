@@ -4,8 +4,11 @@ keeps the SM120 choices its comments cite from sglang 0.5.23."""
 
 from __future__ import annotations
 
+import re
+
+import pytest
 import yaml
-from ansible.module_utils.sglang_cmdline import render
+from ansible.module_utils.sglang_cmdline import ConfigError, render
 from example_inventories import INVENTORIES, model_entries
 
 # Backends whose kernels sglang 0.5.23 has only for other GPUs (see the example's comments): FA3 (Hopper),
@@ -17,7 +20,7 @@ def test_every_example_entry_renders_for_its_groups_capability():
     entries = model_entries()
     assert entries
     for entry in entries:
-        server = render(entry.model, [entry.capability], prefix=entry.where)
+        server = render(entry.model, [entry.capability], prefix=entry.where, staged=entry.staged)
         assert server["serves_http"], entry.where
 
 
@@ -29,8 +32,7 @@ def test_kimi_on_sm120_uses_triton_mla_eagle3_and_the_pcie_workaround():
     assert model["attention_backend"] not in NOT_ON_SM120
     assert model.get("moe_runner_backend") in (None, "auto")  # never flashinfer_trtllm on 12.0
     assert model["speculative"]["algorithm"] == "EAGLE3"
-    assert model["speculative"]["draft_model_path"]
-    server = render(model, ["12.0"])
+    server = render(model, ["12.0"], staged=kimi.staged)
     assert "--disable-custom-all-reduce" in server["args"]
     assert server["env"]["NCCL_P2P_DISABLE"] == "1"
     assert not NOT_ON_SM120 & set(server["args"])
@@ -38,10 +40,31 @@ def test_kimi_on_sm120_uses_triton_mla_eagle3_and_the_pcie_workaround():
 
 def test_kimi_on_b200_uses_the_sm100_kernels_without_the_pcie_workaround():
     (kimi,) = [e for e in model_entries() if e.inventory == "kimi-k2.5" and e.capability == "10.0"]
-    server = render(kimi.model, ["10.0"])
+    server = render(kimi.model, ["10.0"], staged=kimi.staged)
     assert server["args"][server["args"].index("--attention-backend") + 1] == "trtllm_mla"
     assert "--disable-custom-all-reduce" not in server["args"]
     assert "NCCL_P2P_DISABLE" not in server["env"]
+
+
+def test_the_kimi_example_stages_its_weights_at_a_pinned_commit_and_serves_offline():
+    for kimi in [e for e in model_entries() if e.inventory == "kimi-k2.5"]:
+        # the ~600 GB are the model_weights stage's, at a commit (a branch moves): never a Hub download
+        # at the unit's first start
+        assert re.fullmatch(r"[0-9a-f]{40}", kimi.model["weights"]["revision"]), kimi.where
+        assert kimi.model["draft_weights"], kimi.where
+        assert "model_path" not in kimi.model
+        assert "draft_model_path" not in kimi.model["speculative"]
+        server = render(kimi.model, [kimi.capability], staged=kimi.staged)
+        args = server["args"]
+        staged = kimi.staged["kimi"]
+        assert args[args.index("--model-path") + 1] == staged["model_path"]
+        assert staged["model_path"].endswith("/moonshotai/Kimi-K2.5/" + kimi.model["weights"]["revision"])
+        assert args[args.index("--speculative-draft-model-path") + 1] == staged["draft_model_path"]
+        assert args[args.index("--served-model-name") + 1] == "kimi-k2.5"
+        assert server["env"]["HF_HUB_OFFLINE"] == "1"
+        # without the stage having run, the unit is refused rather than left to download
+        with pytest.raises(ConfigError, match="not staged on this host"):
+            render(kimi.model, [kimi.capability])
 
 
 def test_the_kimi_example_has_the_hosts_its_jobs_need():
