@@ -61,6 +61,8 @@ PCIE_TP_ENV = {"NCCL_P2P_DISABLE": "1"}
 PCIE_TP_ARGS = ["--disable-custom-all-reduce"]
 EAGLE_TUNING = ("num_steps", "eagle_topk", "num_draft_tokens")
 SPECULATIVE_ALGORITHMS = ("EAGLE3", "EAGLE", "NEXTN")
+# An entry's weights sources and the key of model_weights_staged each one's local directory is under.
+STAGED_PATH_KEYS = (("weights", "model_path"), ("draft_weights", "draft_model_path"))
 MODEL_KEYS = {
     "name", "model_path", "port", "host", "tp_size", "mem_fraction_static", "attention_backend",
     "moe_runner_backend", "served_model_name", "cuda_graph_max_bs_decode", "cuda_graph", "speculative",
@@ -210,7 +212,7 @@ def apply_staged(model, staged, prefix, require):
         return model
     here = (staged or {}).get(model.get("name"), {})
     model = dict(model)
-    for key, path_key in (("weights", "model_path"), ("draft_weights", "draft_model_path")):
+    for key, path_key in STAGED_PATH_KEYS:
         if not model.get(key):
             continue
         if not here.get(path_key):

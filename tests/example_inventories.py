@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 from ansible.module_utils.model_weights import parse_source, staged_dir
+from ansible.module_utils.sglang_cmdline import STAGED_PATH_KEYS
 
 REPO = Path(__file__).resolve().parent.parent
 INVENTORIES = REPO / "inventory"
@@ -33,7 +34,7 @@ class Entry:
         """What the model_weights role publishes for this entry once it staged its sources
         (model_weights_staged: {name: {model_path, draft_model_path}}), from the role's own functions."""
         here = {}
-        for key, path_key in (("weights", "model_path"), ("draft_weights", "draft_model_path")):
+        for key, path_key in STAGED_PATH_KEYS:
             if self.model.get(key):
                 source = parse_source(self.model[key], f"{self.where}.{key}")
                 here[path_key] = staged_dir(WEIGHTS_ROOT, source)

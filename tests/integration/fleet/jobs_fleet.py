@@ -46,6 +46,7 @@ GATEWAY_PORT = 8000
 MODEL_PORT = 30000
 WEIGHTS_REPO, WEIGHTS_TAG, WEIGHTS_COMMIT = "org/stand-in", "v1", "5eed" + "0" * 36
 WEIGHTS_ROOT = "/var/lib/sglang/models"  # the model_weights role's default root
+STACK_ROOT = "/opt/sglang/stacks"  # the stack role's default stack_root
 # the downloader's venv on the hosts: the role's pinned huggingface_hub and what it needs, for the hosts'
 # Python (Debian 12's 3.11, as the controller's)
 HUB_WHEELS = [
@@ -199,13 +200,13 @@ class JobsFleet:
         return self.fleet.ssh(host, command, check=check).stdout.strip()
 
     def current(self, host: str) -> str:
-        return self.ssh(host, "readlink /opt/sglang/stacks/current")
+        return self.ssh(host, f"readlink {STACK_ROOT}/current")
 
     def fingerprint(self, host: str) -> str:
-        return json.loads(self.ssh(host, "cat /opt/sglang/stacks/current/stack.json"))["fingerprint"]
+        return json.loads(self.ssh(host, f"cat {STACK_ROOT}/current/stack.json"))["fingerprint"]
 
     def stacks(self, host: str) -> list[str]:
-        return sorted(set(self.ssh(host, "ls -1 /opt/sglang/stacks").split()) - {"current"})
+        return sorted(set(self.ssh(host, f"ls -1 {STACK_ROOT}").split()) - {"current"})
 
     @property
     def weights_dir(self) -> str:

@@ -41,6 +41,7 @@ from fleet import Fleet
 from fleet_present import present
 from jobs_fleet import (
     MODEL_PORT,
+    STACK_ROOT,
     ClientLoop,
     JobsFleet,
     kernel_source,
@@ -381,7 +382,7 @@ def test_a_rollout_killed_while_staging_resumes_then_a_failing_gate_rolls_back(j
         assert killed.rc != 0, killed.stdout[-4000:]
         half_staged = set(jobs.stacks(h1)) - set(before[h1][1])
         # what the half-staged stacks hold of the markers of a finished torch install and of a sealed stack
-        markers = {name: jobs.ssh(h1, f"cd /opt/sglang/stacks/{name} && ls -A locks/torch.installed .sealed "
+        markers = {name: jobs.ssh(h1, f"cd {STACK_ROOT}/{name} && ls -A locks/torch.installed .sealed "
                                       "2>/dev/null", check=False) for name in half_staged}
         after_kill = {h: (jobs.current(h), jobs.unit(h)) for h in jobs.models}
         workers_after_kill = jobs.gateway_workers()
