@@ -178,10 +178,27 @@ def render_summary(directory: Path) -> str:
         lines.append("slowest tests (setup + call + teardown):")
         lines += [f"  {test['seconds']:>8.1f} s  {stage_of(test['nodeid']):<11}  {test['nodeid']}"
                   + ("" if test["outcome"] == "passed" else f"  [{test['outcome']}]") for test in slowest]
+    drops = disk_drops(directory)
+    if drops:
+        lines.append("the free disk fell most while these ran (GiB, summed over the run):")
+        lines += [f"  {gb:>8.1f}  {running}" for running, gb in drops]
     disk = disk_line(directory)
     if disk:
         lines.append(disk)
     return "\n".join(lines)
+
+
+def disk_drops(directory: Path, count: int = 5) -> list:
+    """[(the tests running, GiB the free disk fell while they ran)], the ``count`` largest falls, from the
+    reports' disk traces (tests/conftest.py: a point each time the free disk moved by 1 GiB)."""
+    fell: dict = {}
+    for report in _reports(directory):
+        trace = report.get("disk_trace") or []
+        for (_t0, before, _r0), (_t1, after, running) in zip(trace, trace[1:]):
+            if after < before:
+                fell[running] = fell.get(running, 0.0) + before - after
+    largest = sorted(fell.items(), key=lambda item: -item[1])[:count]
+    return [(running, round(gb, 1)) for running, gb in largest]
 
 
 def disk_line(directory: Path) -> str:

@@ -19,13 +19,19 @@
   outcome, the collection and session wall time, as JSON; ``bench/ci_timing.py summary`` sums them per
   stage and prints the slowest tests. It also samples the free disk of the filesystem that holds the
   test cache and the fleet hosts' layers (every 5 s, in a thread) and records the least seen and the
-  test that was running then: the fleet tests' stacks are GBs a host, and a CI machine ran out of disk.
+  tests that were running then (both lanes), and a trace point each time it moved by 1 GiB: the fleet
+  tests' stacks are GBs a host, and a CI machine ran out of disk.
+- At the start of a session, the temporary directories of killed sessions (pytest keeps them three
+  days) are removed: ``killed_sessions_tmp``.
 """
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
+import shutil
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -93,7 +99,41 @@ def pytest_addoption(parser):
                           "(JSON read by bench/ci_timing.py summary)")
 
 
+def killed_sessions_tmp(root: Path) -> list:
+    """pytest's numbered temporary directories under ``root`` (pytest-of-<user>) of sessions that were
+    killed: pytest writes its pid into a ``.lock`` there and removes it at exit, and keeps a locked one
+    for three days whatever its size. A fleet session's holds stacks and uv caches of GBs; a CI machine
+    that started with two killed sessions' ran out of disk. A directory with a mount under it is left."""
+    mounts = Path("/proc/self/mounts").read_text().split("\n") if Path("/proc/self/mounts").exists() else []
+    mounted = [line.split()[1] for line in mounts if len(line.split()) > 1]
+    found = []
+    for directory in sorted(root.glob("pytest-[0-9]*")):
+        lock = directory / ".lock"
+        if directory.is_symlink() or not lock.is_file():
+            continue
+        try:
+            pid = int(lock.read_text().strip())
+            os.kill(pid, 0)
+            continue  # its session is running
+        except ProcessLookupError:
+            pass
+        except (ValueError, OSError):
+            continue  # not a pid of pytest's, or a process of another user: not ours to judge
+        if not any(point == str(directory) or point.startswith(f"{directory}/") for point in mounted):
+            found.append(directory)
+    return found
+
+
+def _remove_killed_sessions_tmp() -> None:
+    temproot = Path(os.environ.get("PYTEST_DEBUG_TEMPROOT") or tempfile.gettempdir())
+    root = temproot / f"pytest-of-{getpass.getuser()}"
+    for directory in killed_sessions_tmp(root):
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the controller, before any worker or basetemp exists
+        _remove_killed_sessions_tmp()
     path = config.getoption("timing_json")
     # under xdist the controller gets every worker's reports: only it writes
     if path and not hasattr(config, "workerinput"):
@@ -101,6 +141,7 @@ def pytest_configure(config):
 
 
 DISK_SAMPLE_SECONDS = 5.0
+DISK_TRACE_STEP_GB = 1.0
 
 
 def _free_gb(path: Path) -> float:
@@ -122,9 +163,13 @@ class TimingReport:
         self.last_nodeid = None
         self.session_teardown_seconds = 0.0
         self.current = "(collection)"
+        self.running: list = []  # the tests running now (under xdist, one per worker)
         self.disk_path = cache_root()
         self.disk = {"path": str(self.disk_path), "start_free_gb": _free_gb(self.disk_path)}
         self.disk.update(least_free_gb=self.disk["start_free_gb"], least_during=self.current)
+        # [seconds since the start, free GiB, the tests running] each time the free disk moved by
+        # DISK_TRACE_STEP_GB: which tests (of both lanes) hold how much, for the next CI that runs short
+        self.disk_trace = [[0.0, self.disk["start_free_gb"], self.current]]
         self.stop = threading.Event()
         threading.Thread(target=self._sample_disk, name="disk-sampler", daemon=True).start()
 
@@ -136,9 +181,17 @@ class TimingReport:
         free = _free_gb(self.disk_path)
         if free < self.disk["least_free_gb"]:
             self.disk.update(least_free_gb=free, least_during=self.current)
+        if abs(free - self.disk_trace[-1][1]) >= DISK_TRACE_STEP_GB:
+            self.disk_trace.append([round(time.monotonic() - self.started, 1), free, self.current])
 
     def pytest_runtest_logstart(self, nodeid, location):
-        self.current = nodeid
+        self.running.append(nodeid)
+        self.current = " + ".join(self.running)
+
+    def pytest_runtest_logfinish(self, nodeid, location):
+        if nodeid in self.running:
+            self.running.remove(nodeid)
+        self.current = " + ".join(self.running) or nodeid
 
     @pytest.hookimpl(wrapper=True)
     def pytest_collection(self, session):
@@ -183,5 +236,6 @@ class TimingReport:
             "exitstatus": int(exitstatus),
             "collect_errors": self.collect_errors,
             "disk": self.disk,
+            "disk_trace": self.disk_trace,
             "tests": list(self.tests.values()),
         }, indent=1) + "\n")

@@ -317,9 +317,50 @@ def test_the_timing_report_samples_the_free_disk_and_names_the_test(tmp_path, mo
     report.pytest_runtest_logstart("tests/t.py::test_small", ("tests/t.py", 2, "test_small"))
     report._note_disk()  # 30.0: not less
     report.pytest_sessionfinish(None, 0)  # its own last sample (35.0), then the end figure (40.0)
-    disk = json.loads((tmp_path / "report.json").read_text())["disk"]
-    assert disk == {"path": str(tmp_path / "cache"), "start_free_gb": 50.0, "least_free_gb": 20.0,
-                    "least_during": "tests/t.py::test_big", "end_free_gb": 40.0}
+    written = json.loads((tmp_path / "report.json").read_text())
+    assert written["disk"] == {"path": str(tmp_path / "cache"), "start_free_gb": 50.0, "least_free_gb": 20.0,
+                               "least_during": "tests/t.py::test_big", "end_free_gb": 40.0}
+    # a trace point at each move of 1 GiB or more, naming every test running then
+    assert [point[1:] for point in written["disk_trace"]] == [
+        [50.0, "(collection)"], [20.0, "tests/t.py::test_big"],
+        [30.0, "tests/t.py::test_big + tests/t.py::test_small"],
+        [35.0, "tests/t.py::test_big + tests/t.py::test_small"]]
+
+
+def test_the_least_free_disk_names_both_lanes_and_a_finished_test_leaves_them(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("tests_conftest", REPO_ROOT / "tests" / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    frees = iter([50.0, 49.5, 10.0, 12.0, 12.0])
+    monkeypatch.setattr(conftest, "_free_gb", lambda path: next(frees))
+    monkeypatch.setattr(conftest, "DISK_SAMPLE_SECONDS", 3600.0)
+    monkeypatch.setenv("SGLANG_FLEET_CACHE", str(tmp_path / "cache"))
+    report = conftest.TimingReport(tmp_path / "report.json")
+    report.pytest_runtest_logstart("tests/a.py::test_a", ("tests/a.py", 1, "test_a"))
+    report.pytest_runtest_logstart("tests/b.py::test_b", ("tests/b.py", 1, "test_b"))
+    report._note_disk()  # 49.5: under 1 GiB from the last point, no trace point
+    report.pytest_runtest_logfinish("tests/a.py::test_a", ("tests/a.py", 1, "test_a"))
+    report._note_disk()  # 10.0: while only test_b runs
+    report.pytest_sessionfinish(None, 0)
+    written = json.loads((tmp_path / "report.json").read_text())
+    assert written["disk"]["least_during"] == "tests/b.py::test_b"
+    assert [point[1:] for point in written["disk_trace"]] == [[50.0, "(collection)"],
+                                                              [10.0, "tests/b.py::test_b"],
+                                                              [12.0, "tests/b.py::test_b"]]
+
+
+def test_summary_names_the_tests_during_which_the_disk_fell_most(tmp_path):
+    trace = [[0.0, 80.0, "(collection)"], [10.0, 70.0, "tests/integration/fleet/test_a.py::test_1"],
+             [20.0, 75.0, "tests/integration/fleet/test_a.py::test_1"],
+             [30.0, 60.0, "tests/integration/fleet/test_a.py::test_1 + tests/integration/fleet/test_b.py::t"],
+             [40.0, 57.5, "tests/integration/fleet/test_a.py::test_1"]]
+    summary = ci_timing.render_summary(write_timing(tmp_path, report=full_report(disk_trace=trace)))
+    lines = summary.splitlines()
+    start = lines.index("the free disk fell most while these ran (GiB, summed over the run):")
+    assert lines[start + 1:start + 3] == [
+        "      15.0  tests/integration/fleet/test_a.py::test_1 + tests/integration/fleet/test_b.py::t",
+        "      12.5  tests/integration/fleet/test_a.py::test_1"]
+    assert "fell most" not in ci_timing.render_summary(write_timing(tmp_path / "plain", report=full_report()))
 
 
 def test_summary_parses_back_from_a_log(tmp_path):
@@ -611,3 +652,18 @@ def test_compare_refuses_an_unknown_mode(capsys):
     with pytest.raises(SystemExit):
         ci_timing.main(["compare", "HEAD", "--modes", "cold,hot"])
     assert "unknown mode hot" in capsys.readouterr().err
+
+
+def test_killed_sessions_temporary_directories_are_found_and_no_other(tmp_path):
+    spec = importlib.util.spec_from_file_location("tests_conftest", REPO_ROOT / "tests" / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid whose process has ended
+    locks = {"pytest-1": str(gone.pid), "pytest-2": str(os.getpid()), "pytest-4": "not a pid"}
+    for name in ("pytest-1", "pytest-2", "pytest-3", "pytest-4", "pytest-current"):
+        (tmp_path / name).mkdir()
+        if name in locks:
+            (tmp_path / name / ".lock").write_text(locks[name])
+    # pytest-2: its session runs; pytest-3 ended (no lock); pytest-4's lock is not pytest's; current: no
+    assert conftest.killed_sessions_tmp(tmp_path) == [tmp_path / "pytest-1"]
