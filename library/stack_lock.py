@@ -143,6 +143,9 @@ wheels:
     file:
       description: Wheel file name.
       type: str
+    filename:
+      description: The same file name, under the key the stack_fetch_wheels module reads.
+      type: str
     sha256:
       description: The wheel's sha256, as the lock records it.
       type: str
@@ -255,7 +258,8 @@ def run(module):
     usable, missing = wheel_sources(lock, _listing(module, params["wheel_store"], wanted, "wheel_store"),
                                     _kernel_listing(module, fingerprint, wanted))
     roots = {"wheel_cache": params["wheel_store"], "kernel_store": _kernel_dir(module, fingerprint)}
-    wheels = [{**{k: v for k, v in w.items() if k != "store"},
+    # filename too: the list is the files the stack role's install step fetches (stack_fetch_wheels)
+    wheels = [{**{k: v for k, v in w.items() if k != "store"}, "filename": w["file"],
                "path": os.path.join(roots[w["store"]], w["file"])} for w in usable]
     result = {"changed": False, "missing": missing, "requirements": hashed_requirements(lock),
               "wheels": wheels}

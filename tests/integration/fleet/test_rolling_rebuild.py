@@ -454,7 +454,7 @@ def test_reproduce_moves_a_host_onto_another_hosts_lock_and_gates_its_model(jobs
     # the rollout's order: installed beside (current untouched), out of rotation, drained, switched,
     # restarted, back in rotation
     tasks = [r["task"] for r in result.results[h3] if r["event"] != "runner_on_skipped"]
-    steps = ["Install exactly the lock, every wheel checked against its hash", ROUTE,
+    steps = ["Sync the environment to the lock (hash-checked, no index)", ROUTE,
              "Wait for the requests in flight of each model to finish", "Point current at the stack",
              GATE_POLL, ROUTE]
     at = [tasks.index(steps[0])]

@@ -218,7 +218,7 @@ def test_reproduce_installs_the_locks_stack_on_a_host_without_one(fleet_stack, r
     assert fleet_stack.current(host) == reproduced["stack"]
     assert fleet_stack.stacks(host) == [reproduced["stack"]]
     changed = changed_tasks(reproduced["first"], host)
-    assert "Install exactly the lock, every wheel checked against its hash" in changed
+    assert "Sync the environment to the lock (hash-checked, no index)" in changed
     assert "Point current at the stack" in changed
     # nothing left in the staging directory
     assert fleet_stack.fleet.ssh(host, "test -e /var/tmp/sglang-reproduce", check=False).returncode != 0
