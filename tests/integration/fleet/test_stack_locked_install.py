@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from ansible_run import REPO_ROOT
 from lockwheels import fill_from_lock, stack_versions
-from stackrun import SITE, fill_wheelhouse
+from stackrun import SEEDED_UV_CACHE, SITE, fill_wheelhouse
 
 pytestmark = pytest.mark.integration
 
@@ -42,10 +42,11 @@ def locked(fleet, fleet_play, tmp_path_factory):
     host = fleet.hosts[-1]["name"]
     # This module runs last on the session fleet: the stacks the earlier modules left on its hosts (and
     # the uv caches and wheel stores they filled) go, so the real locked stack has the disk (a CI machine
-    # ran out of it here). The hosts' uv tool stays.
+    # ran out of it here). The seeded uv cache too: reproduce unpacked a second torch into host 3's
+    # (~7 GB of its own, not shared). The hosts' uv tool stays.
     for each in fleet.hosts:
         fleet.ssh(each["name"], "rm -rf /opt/sglang/stacks /opt/sglang-service-test /opt/sglang-kernel-test "
-                                "/var/cache/sglang", check=False)
+                                f"/var/cache/sglang {SEEDED_UV_CACHE}", check=False)
     for path, content in HOSTILE.items():
         fleet.ssh(host, f"mkdir -p {Path(path).parent} && cat > {path} <<'EOF'\n{content}EOF")
     hostile_controller = tmp_path_factory.mktemp("hostile") / "pip.conf"
