@@ -39,6 +39,7 @@ from pathlib import Path
 import ansible.module_utils
 import pytest
 from cache import cache_root
+from fleet.system import mounts_under
 from tiers import extended
 from xdist.scheduler import LoadGroupScheduling
 
@@ -106,8 +107,6 @@ def killed_sessions_tmp(root: Path) -> list:
     killed: pytest writes its pid into a ``.lock`` there and removes it at exit, and keeps a locked one
     for three days whatever its size. A fleet session's holds stacks and uv caches of GBs; a CI machine
     that started with two killed sessions' ran out of disk. A directory with a mount under it is left."""
-    mounts = Path("/proc/self/mounts").read_text().split("\n") if Path("/proc/self/mounts").exists() else []
-    mounted = [line.split()[1] for line in mounts if len(line.split()) > 1]
     found = []
     for directory in sorted(root.glob("pytest-[0-9]*")):
         lock = directory / ".lock"
@@ -121,7 +120,7 @@ def killed_sessions_tmp(root: Path) -> list:
             pass
         except (ValueError, OSError):
             continue  # not a pid of pytest's, or a process of another user: not ours to judge
-        if not any(point == str(directory) or point.startswith(f"{directory}/") for point in mounted):
+        if not mounts_under(directory):
             found.append(directory)
     return found
 

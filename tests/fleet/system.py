@@ -200,8 +200,8 @@ def remove_cgroups(roots: Iterable[Path]) -> List[str]:
 MNT_DETACH = 2
 
 
-def unmount_under(path: Path) -> None:
-    """Detach every mount at or below ``path`` in this mount namespace, deepest first."""
+def mounts_under(path: Path) -> List[str]:
+    """The mount points at or below ``path`` in this mount namespace."""
     prefix = str(path.resolve())
     targets = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
@@ -209,6 +209,12 @@ def unmount_under(path: Path) -> None:
         target = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4])
         if target == prefix or target.startswith(prefix + "/"):
             targets.append(target)
+    return targets
+
+
+def unmount_under(path: Path) -> None:
+    """Detach every mount at or below ``path`` in this mount namespace, deepest first."""
+    targets = mounts_under(path)
     libc = ctypes.CDLL(None, use_errno=True)
     for target in sorted(targets, key=len, reverse=True):
         if libc.umount2(target.encode(), MNT_DETACH) != 0:

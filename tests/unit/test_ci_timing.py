@@ -18,9 +18,17 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOGS = Path(__file__).parent / "cases" / "ci_logs"
-_spec = importlib.util.spec_from_file_location("ci_timing", REPO_ROOT / "bench" / "ci_timing.py")
-ci_timing = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ci_timing)
+
+
+def load(name: str, path: Path):
+    """A module from its file (bench/ and tests/conftest.py are not packages)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ci_timing = load("ci_timing", REPO_ROOT / "bench" / "ci_timing.py")
 
 
 def log(name: str) -> dict:
@@ -302,15 +310,23 @@ def test_summary_ends_with_the_least_free_disk_and_the_test_running_then(tmp_pat
     assert "disk free" not in plain
 
 
-def test_the_timing_report_samples_the_free_disk_and_names_the_test(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("tests_conftest", REPO_ROOT / "tests" / "conftest.py")
-    conftest = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(conftest)
-    frees = iter([50.0, 20.0, 30.0, 35.0, 40.0])
-    monkeypatch.setattr(conftest, "_free_gb", lambda path: next(frees))
-    monkeypatch.setattr(conftest, "DISK_SAMPLE_SECONDS", 3600.0)  # no sample from the thread here
+def load_conftest():
+    return load("tests_conftest", REPO_ROOT / "tests" / "conftest.py")
+
+
+def disk_report(tmp_path, monkeypatch, frees: list):
+    """tests/conftest.py's TimingReport, whose free-disk readings are ``frees`` in turn (the first at its
+    start); its thread takes no sample during the test."""
+    conftest = load_conftest()
+    readings = iter(frees)
+    monkeypatch.setattr(conftest, "_free_gb", lambda path: next(readings))
+    monkeypatch.setattr(conftest, "DISK_SAMPLE_SECONDS", 3600.0)
     monkeypatch.setenv("SGLANG_FLEET_CACHE", str(tmp_path / "cache"))
-    report = conftest.TimingReport(tmp_path / "report.json")
+    return conftest.TimingReport(tmp_path / "report.json")
+
+
+def test_the_timing_report_samples_the_free_disk_and_names_the_test(tmp_path, monkeypatch):
+    report = disk_report(tmp_path, monkeypatch, [50.0, 20.0, 30.0, 35.0, 40.0])
     assert report.disk["path"] == str(tmp_path / "cache")  # the test cache's root, made if missing
     report.pytest_runtest_logstart("tests/t.py::test_big", ("tests/t.py", 1, "test_big"))
     report._note_disk()  # 20.0: the least, during test_big
@@ -328,14 +344,7 @@ def test_the_timing_report_samples_the_free_disk_and_names_the_test(tmp_path, mo
 
 
 def test_the_least_free_disk_names_both_lanes_and_a_finished_test_leaves_them(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("tests_conftest", REPO_ROOT / "tests" / "conftest.py")
-    conftest = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(conftest)
-    frees = iter([50.0, 49.5, 10.0, 12.0, 12.0])
-    monkeypatch.setattr(conftest, "_free_gb", lambda path: next(frees))
-    monkeypatch.setattr(conftest, "DISK_SAMPLE_SECONDS", 3600.0)
-    monkeypatch.setenv("SGLANG_FLEET_CACHE", str(tmp_path / "cache"))
-    report = conftest.TimingReport(tmp_path / "report.json")
+    report = disk_report(tmp_path, monkeypatch, [50.0, 49.5, 10.0, 12.0, 12.0])
     report.pytest_runtest_logstart("tests/a.py::test_a", ("tests/a.py", 1, "test_a"))
     report.pytest_runtest_logstart("tests/b.py::test_b", ("tests/b.py", 1, "test_b"))
     report._note_disk()  # 49.5: under 1 GiB from the last point, no trace point
@@ -655,9 +664,7 @@ def test_compare_refuses_an_unknown_mode(capsys):
 
 
 def test_killed_sessions_temporary_directories_are_found_and_no_other(tmp_path):
-    spec = importlib.util.spec_from_file_location("tests_conftest", REPO_ROOT / "tests" / "conftest.py")
-    conftest = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(conftest)
+    conftest = load_conftest()
     gone = subprocess.Popen(["true"])
     gone.wait()  # a pid whose process has ended
     locks = {"pytest-1": str(gone.pid), "pytest-2": str(os.getpid()), "pytest-4": "not a pid"}
