@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
 from ansible.module_utils.pylock import read_lock, select, split_tools
 from ansible.module_utils.wheel_fetch import fetch_all
 from ansible_run import REPO_ROOT
@@ -36,3 +37,13 @@ def fill_from_lock() -> Path:
     with wheelhouse_lock() as house:
         fetch_all(lock_files(), str(house))
     return house
+
+
+def downloader_files(machine: str = "x86_64") -> list[dict]:
+    """The stable lock's files of the weights downloader (roles/model_weights: huggingface_hub and what it
+    needs), as the role selects them from stack_lock_files."""
+    names = yaml.safe_load((REPO_ROOT / "roles/model_weights/vars/main.yml").read_text())[
+        "__model_weights_downloader_packages"]
+    files = [f for f in lock_files(machine) if f["name"] in names]
+    assert sorted(f["name"] for f in files) == sorted(names), "the stable lock lacks a downloader package"
+    return files

@@ -4,10 +4,13 @@ run that changes nothing and asks nothing, a killed download that resumes, a cor
 fetched again, a repository larger than the free space refused before anything is written, a refused
 token (never printed), an unknown revision, an unreachable source, a mirror of a staged directory, and
 EAGLE-3 drafts that fit or do not fit their target. The role's venv gets the pinned huggingface_hub
-from this machine's package index, once per module."""
+from this machine's package index, once per module; with a lock (the stable lock's own entries) it gets
+exactly the lock's files from a mirror, whatever pip configuration the host has, and a lock without one
+of them is refused before anything changes."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -20,6 +23,8 @@ from pathlib import Path
 import ansible
 import pytest
 from ansible_run import REPO_ROOT, run_playbook
+from cache import pip_download
+from lockwheels import downloader_files
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "stand_ins"))
 from hub_server import HubStandIn, Repo, make_repo
@@ -282,3 +287,77 @@ def test_a_host_serving_no_weights_gets_nothing(tmp_path, venv):
     assert not (tmp_path / "models").exists()
     published = result.task("localhost", "Start with no staged weights")["ansible_facts"]
     assert published == {"model_weights_staged": {}}
+
+
+# With a locked stack: the downloader comes from the lock's files (the committed stable lock's own entries,
+# the same files users get), fetched from a mirror into a wheel store and installed with no index.
+@pytest.fixture(scope="module")
+def locked(tmp_path_factory):
+    """The downloader's lock entries, and a mirror directory with their wheels (from this machine's index)."""
+    files = downloader_files()
+    mirror = tmp_path_factory.mktemp("downloader-mirror")
+    pip_download([f"{f['name']}=={f['version']}" for f in files], mirror)
+    return files, mirror
+
+
+def locked_vars(tmp_path, locked, files=None):
+    files_, mirror = locked
+    return {"model_weights_lock_files": files_ if files is None else files,
+            "model_weights_wheel_store": str(tmp_path / "store"),
+            "model_weights_wheel_mirrors": [str(mirror)], "model_weights_wheel_use_lock_urls": False}
+
+
+def test_a_locked_downloader_is_the_locks_files_whatever_pip_configuration_says(tmp_path, hub, locked):
+    # a host pip configuration that would break or change any pip call reading it: an index that does not
+    # exist, a constraint that excludes the lock's huggingface_hub, and the same through PIP_* variables
+    (tmp_path / "constraints.txt").write_text("huggingface-hub<1\nanyio<4\n")
+    (tmp_path / "pip.conf").write_text(
+        f"[global]\nindex-url = http://127.0.0.1:9/simple\nconstraint = {tmp_path / 'constraints.txt'}\n")
+    hostile = {"PIP_CONFIG_FILE": str(tmp_path / "pip.conf"), "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+               "PIP_CONSTRAINT": str(tmp_path / "constraints.txt")}
+    venv, root = tmp_path / "hf", tmp_path / "models"
+    check = run_playbook(play(venv, root, [model(hub)], **locked_vars(tmp_path, locked)), envvars=hostile,
+                         check=True, timeout=600)
+    assert check.rc == 0, check.stdout[-3000:]
+    assert check.task("localhost", "Create the downloader's venv")["changed"]
+    assert not venv.exists()
+    assert not (tmp_path / "store").exists()
+    first = run_playbook(play(venv, root, [model(hub)], **locked_vars(tmp_path, locked)), envvars=hostile,
+                         timeout=600)
+    assert first.rc == 0, first.stdout[-3000:]
+    assert first.task("localhost", ENDED)["status"] == "downloaded"
+    files, _mirror = locked
+    listed = subprocess.run([str(venv / "bin/python"), "-c", "import importlib.metadata as m, json; print("
+                             "json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"],
+                            capture_output=True, text=True, check=True).stdout
+    installed = {re.sub(r"[-_.]+", "-", name).lower(): version
+                 for name, version in json.loads(listed).items()}
+    for seed in ("pip", "setuptools"):  # what `python3 -m venv` puts in every venv
+        installed.pop(seed, None)
+    assert installed == {f["name"]: f["version"] for f in files}
+    assert sorted(p.name for p in (tmp_path / "store").glob("*.whl")) == sorted(f["filename"] for f in files)
+    requirements = (venv / "pylock.requirements.txt").read_text()
+    assert requirements.splitlines() == [f"{f['name']}=={f['version']} --hash=sha256:{f['sha256']}"
+                                         for f in sorted(files, key=lambda f: f["name"])]
+    assert (venv / ".lock-installed").read_text().strip() == hashlib.sha256(requirements.encode()).hexdigest()
+
+    second = run_playbook(play(venv, root, [model(hub)], **locked_vars(tmp_path, locked)), envvars=hostile,
+                          timeout=600)
+    assert second.rc == 0, second.stdout[-3000:]
+    assert second.stats["changed"].get("localhost", 0) == 0, second.stats
+    assert second.task("localhost", "Install the downloader's files")["event"] == "runner_on_skipped"
+
+
+def test_a_lock_without_a_package_the_downloader_needs_is_refused_before_anything_changes(tmp_path, locked):
+    files, _mirror = locked
+    short = [f for f in files if f["name"] != "hf-xet"]
+    root = tmp_path / "models"
+    weights = {"repo": "org/model", "revision": COMMIT, "endpoint": "http://127.0.0.1:9"}
+    result = run_playbook(play(tmp_path / "hf", root, [{"name": "main", "weights": weights}],
+                               **locked_vars(tmp_path, locked, short)), timeout=600)
+    message = failure(result, "Require the downloader's packages in the stack's lock")
+    assert "the stack's lock has no file for this host of hf-xet" in message
+    assert "make lock PROFILE=" in message
+    assert not root.exists()
+    assert not (tmp_path / "hf").exists()
+    assert not (tmp_path / "store").exists()

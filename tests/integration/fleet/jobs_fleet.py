@@ -12,7 +12,8 @@ Every model names its weights (a tiny repository, pinned to a tag) on the Hub st
 (tests/stand_ins/hub_server.py, bound to the fleet's bridge): site.yml's model_weights stage downloads them
 once per host into the weights root, and the units run from there with the Hub offline; the stand-in counts
 the requests, so a test can show that nothing after the first download asks it again. The downloader's
-venv gets the pinned huggingface_hub and its dependencies (``HUB_WHEELS``) from the fleet's wheelhouse.
+venv gets the stable lock's huggingface_hub and its dependencies (``HUB_WHEELS``), hash-checked, from the
+fleet's wheelhouse.
 
 The inventory is a directory: the fleet's own, the groups and shared variables, host variables, and
 ``20-profile.yml`` naming the stack profile (rewritten between runs: the stack role refuses a profile
@@ -35,6 +36,7 @@ from pathlib import Path
 import yaml
 from cache import pip_download
 from kernelpkg import make_archive, make_source, write_mirror
+from lockwheels import downloader_files
 from service_stack import PY_SPY, SMG_WHEELS, UV
 from sglang_parser import PARSER_DEPENDENCIES, SGLANG, STAND_IN
 from stackrun import SEEDED_UV_CACHE, fill_wheelhouse, seed_wheel_cache, stack_extravars
@@ -47,16 +49,9 @@ MODEL_PORT = 30000
 WEIGHTS_REPO, WEIGHTS_TAG, WEIGHTS_COMMIT = "org/stand-in", "v1", "5eed" + "0" * 36
 WEIGHTS_ROOT = "/var/lib/sglang/models"  # the model_weights role's default root
 STACK_ROOT = "/opt/sglang/stacks"  # the stack role's default stack_root
-# the downloader's venv on the hosts: the role's pinned huggingface_hub and what it needs, for the hosts'
-# Python (Debian 12's 3.11, as the controller's)
-HUB_WHEELS = [
-    "huggingface_hub=={}".format(yaml.safe_load(
-        (Path(__file__).resolve().parents[3] / "roles/model_weights/defaults/main.yml").read_text())[
-        "model_weights_huggingface_hub_version"]),
-    "anyio==4.16.0", "certifi==2026.10.19.post1", "click==8.5.1", "filelock==4.3.1", "fsspec==2026.9.0",
-    "h11==0.16.0", "hf_xet==1.8.0", "httpcore==1.0.9", "httpx==0.28.1", "idna==3.20", "packaging==26.4",
-    "pyyaml==6.0.4", "tqdm==4.70.1", "typing_extensions==4.16.0",
-]
+# the downloader's venv on the hosts: the stable lock's huggingface_hub and what it needs (the role installs
+# exactly these files, hash-checked, from the fleet's wheelhouse)
+HUB_WHEELS = [f"{f['name']}=={f['version']}" for f in downloader_files()]
 STAND_IN_DIST = "sglang-server-stand-in"
 _MODE_DEFAULT = 'os.environ.get("SGLANG_STAND_IN_MODE", "normal")'
 
@@ -177,7 +172,11 @@ class JobsFleet:
             "sgl_kernel_source_archive_sha256": self.kernel["sha256"],
             "sgl_kernel_source_mirror_url": self.kernel["mirror"],
             "sgl_kernel_progress_interval": 5,
-            "model_weights_pip_find_links": [self.fleet.wheelhouse_url], "model_weights_pip_no_index": True,
+            # the downloader from the stable lock's own entries (the stand-in stack is unlocked), served
+            # by the fleet's wheelhouse, as a locked stack gives them (stack_lock_files, stack_wheel_mirrors)
+            "model_weights_lock_files": downloader_files(),
+            "model_weights_wheel_mirrors": [self.fleet.wheelhouse_url],
+            "model_weights_wheel_use_lock_urls": False,
             "model_weights_progress_step": 2,
         }
         groups = {"all": {"vars": shared, "children": {
