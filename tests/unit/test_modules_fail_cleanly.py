@@ -51,6 +51,8 @@ def assert_clean_failure(outcome, message):
     ("sglang_spec_acceptance", {"url": "http://127.0.0.1:9", "name": "m", "prompts": ["p"],
                                 "speculative": {"algorithm": "EAGLE3"}}, "spec_acceptance.probe"),
     ("stack_wheels", {"lock_files": []}, "wheel_cache.missing_pins"),
+    ("stack_bundle_kernel_source", {"dest": "/nonexistent", "archive_url": "http://127.0.0.1:9/s.tar.gz"},
+     "kernel_source_bundle.bundle_kernel_source"),
     ("python_distributions", {"python": "python3"}, "python_dists.probe_distributions"),
     ("stack_facts", {"stack_root": "/tmp"}, "stack_facts.collect"),
     ("stack_lock", {"action": "compare", "lock": {}, "facts": {}}, "stack_lock.validate_lock"),
