@@ -11,9 +11,10 @@ description:
   - Sources, tried in order - each of O(mirrors) (a local directory, or an http(s) base URL holding the
     files under their own names - a served wheel cache, an offline bundle), then the URL the lock
     recorded unless O(use_lock_urls) is false.
-  - A partial download is resumed the next time (HTTP Range). A file whose content does not match the
-    lock's sha256 is never kept. Every file is tried before the module fails naming each one it could
-    not get and why, so a run installs nothing from an incomplete set.
+  - A partial download is resumed the next time (HTTP Range), also one a dropped connection cut short
+    (fewer bytes than the server's Content-Length - named as such, not as a wrong sha256). A file whose
+    content does not match the lock's sha256 is never kept. Every file is tried before the module
+    fails naming each one it could not get and why, so a run installs nothing from an incomplete set.
   - Reads no pip or uv configuration and no C(PIP_*) / C(UV_*) variables.
 version_added: "1.0.0"
 author: sglang-fleet maintainers (@sglang-fleet)

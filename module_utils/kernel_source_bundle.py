@@ -14,17 +14,14 @@ Stdlib only, Python 3.8+.
 
 import http.client
 import os
-import pathlib
 import posixpath
 import re
-import shutil
 import tarfile
 import urllib.error
 import urllib.parse
-import urllib.request
 
 from ansible.module_utils.sgl_kernel_source import fetchcontent_dependencies
-from ansible.module_utils.wheel_fetch import file_sha256
+from ansible.module_utils.wheel_fetch import ShortRead, copy_local, download, file_sha256
 
 SOURCE_DIR = "source"
 MIRROR_DIR = "github"
@@ -150,16 +147,21 @@ def bundled_dependencies(cmake_texts):
 def fetch_checked(source, target, sha256, timeout):
     """Put ``source`` (an http(s) or ``file://`` URL, or a path) at ``target``; returns its sha256.
 
-    The bytes go to ``.<name>.part`` beside ``target`` first; with ``sha256``, a file that does not
-    match is removed and BundleError names it, so ``target`` is only ever a whole, checked file.
+    The bytes go to ``.<name>.part`` beside ``target`` first (wheel_fetch's download: a download cut
+    short stays there and the next run resumes it); with ``sha256``, a file that does not match is
+    removed and BundleError names it, so ``target`` is only ever a whole file, checked where pinned:
+    also without a pin, a download cut short is never taken for the archive.
     """
     directory, name = os.path.split(target)
     partial = os.path.join(directory, f".{name}.part")
     os.makedirs(directory, exist_ok=True)
-    url = source if "://" in source else pathlib.Path(os.path.abspath(source)).as_uri()
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response, open(partial, "wb") as out:
-            shutil.copyfileobj(response, out)
+        if source.startswith(("http://", "https://")):
+            download(source, partial, timeout)
+        else:
+            copy_local(source[len("file://"):] if source.startswith("file://") else source, partial)
+    except ShortRead as exc:  # what came stays in the part file, for the next run to resume
+        raise BundleError(f"{name}: {source}: {exc}") from exc
     except urllib.error.HTTPError as exc:
         _remove(partial)
         raise BundleError(f"{name}: {source}: HTTP {exc.code}") from exc

@@ -10,6 +10,7 @@ Stdlib only, Python 3.8+ (runs on managed hosts and on the controller).
 """
 
 import hashlib
+import http.client
 import json
 import os
 import shutil
@@ -25,6 +26,10 @@ VERIFIED = ".verified.json"
 
 class FetchError(Exception):
     """Files that could not be had from any source; the message names each one."""
+
+
+class ShortRead(Exception):
+    """The server closed the connection before the whole body came; what came is kept to resume."""
 
 
 def file_sha256(path):
@@ -85,7 +90,7 @@ def candidates(item, mirrors, use_recorded_url):
     return found
 
 
-def _from_path(source, target):
+def copy_local(source, target):
     """Hardlink (same filesystem) or copy a local file to ``target``."""
     try:
         os.link(source, target)
@@ -93,14 +98,23 @@ def _from_path(source, target):
         shutil.copyfile(source, target)
 
 
-def _download(url, partial, timeout):
-    """Download ``url`` into ``partial``, resuming what is there."""
+def download(url, partial, timeout):
+    """Download ``url`` into ``partial``, resuming what is there (HTTP Range).
+
+    Raises ShortRead when fewer bytes came than the response's Content-Length said (a dropped
+    connection: urllib does not notice), leaving what came in ``partial``.
+    """
     have = os.path.getsize(partial) if os.path.exists(partial) else 0
     request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
     with urllib.request.urlopen(request, timeout=timeout) as response:
-        mode = "ab" if have and response.status == 206 else "wb"
-        with open(partial, mode) as handle:
+        start = have if have and response.status == 206 else 0
+        with open(partial, "ab" if start else "wb") as handle:
             shutil.copyfileobj(response, handle, CHUNK)
+        length = response.headers.get("Content-Length", "")
+    got = os.path.getsize(partial) - start
+    if length.isdigit() and got < int(length):
+        raise ShortRead(f"the connection closed after {got} of {length} bytes "
+                        f"({os.path.getsize(partial)} kept to resume from)")
 
 
 def fetch_one(item, dest, mirrors, use_recorded_url, timeout=60, *, verified=None):
@@ -117,18 +131,24 @@ def fetch_one(item, dest, mirrors, use_recorded_url, timeout=60, *, verified=Non
         partial = os.path.join(dest, "." + item["filename"] + ".part")
         try:
             if _is_url(source):
-                _download(source, partial, timeout)
+                download(source, partial, timeout)
             else:
                 if not os.path.isfile(source):
                     tried.append(f"{source}: no such file")
                     continue
                 if os.path.exists(partial):
                     os.unlink(partial)
-                _from_path(source, partial)
+                copy_local(source, partial)
         except urllib.error.HTTPError as exc:
             tried.append(f"{source}: HTTP {exc.code}")
             if exc.code == 416 and os.path.exists(partial):
                 os.unlink(partial)  # a stale partial longer than the file: start again next time
+            continue
+        except ShortRead as exc:
+            tried.append(f"{source}: {exc}")
+            continue
+        except http.client.HTTPException as exc:  # not an HTTP answer, a bad URL: no traceback
+            tried.append(f"{source}: {type(exc).__name__}: {str(exc).strip()}")
             continue
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc

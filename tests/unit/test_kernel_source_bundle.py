@@ -77,7 +77,8 @@ class QuietServer(http.server.ThreadingHTTPServer):
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
     """Serves the directory as a strict mirror: a path with an empty part (``//``) is not found. A path
     under ``/stall/`` answers only after STALL seconds; one under ``/slow/`` sends half its bytes, then
-    (after SLOW seconds) calls ``watch`` and sends the rest."""
+    (after SLOW seconds) calls ``watch`` and sends the rest; one under ``/cut/`` sends half its bytes
+    under the whole Content-Length and closes (a dropped connection)."""
 
     watch = None
 
@@ -91,6 +92,14 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
         if self.path.startswith("/stall/"):
             time.sleep(STALL)
             self.path = self.path[len("/stall"):]
+        if self.path.startswith("/cut/"):
+            data = Path(self.directory, self.path[len("/cut/"):]).read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data[:len(data) // 2])
+            self.close_connection = True
+            return
         if self.path.startswith("/slow/"):
             data = Path(self.directory, self.path[len("/slow/"):]).read_bytes()
             self.send_response(200)
@@ -496,6 +505,21 @@ def test_bundle_kernel_source_gives_up_on_a_source_that_does_not_answer_in_time(
     with pytest.raises(BundleError, match=timed_out):
         bundle(str(dest), f"{base}/{ARCHIVE_PATH}", github_url=f"{base}/stall", timeout=0.5)
     assert files_under(dest) == ["source/sglang-v1.tar.gz"]
+
+
+def test_an_unpinned_archive_cut_short_is_never_taken_and_the_next_run_completes_it(served, tmp_path):
+    root, base = served
+    sha = serve_source(root)
+    size = (root / ARCHIVE_PATH).stat().st_size
+    dest = tmp_path / "bundle"
+    with pytest.raises(BundleError) as error:
+        bundle(str(dest), f"{base}/cut/{ARCHIVE_PATH}", github_url=base, timeout=5)
+    assert str(error.value) == (f"sglang-v1.tar.gz: {base}/cut/{ARCHIVE_PATH}: the connection closed after "
+                                f"{size // 2} of {size} bytes ({size // 2} kept to resume from)")
+    assert files_under(dest) == ["source/.sglang-v1.tar.gz.part"]  # hidden: not the archive
+    result = bundle(str(dest), f"{base}/{ARCHIVE_PATH}", github_url=base, timeout=5)
+    assert result["archive"]["sha256"] == sha
+    assert files_under(dest) == ["github/fleet-test/tinydep/archive/v1.tar.gz", "source/sglang-v1.tar.gz"]
 
 
 def test_bundle_kernel_source_under_a_mirror_path(served, tmp_path):

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import http.server
+import json
 import os
 import threading
+import time
 import typing
 
 import pytest
@@ -25,22 +27,54 @@ from ansible.module_utils.wheel_fetch import (
     save_verified,
 )
 
+STALL = 2.0
 CONTENT = b"wheel bytes " * 1000
 SHA = hashlib.sha256(CONTENT).hexdigest()
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
+    """Serves ``files`` by path, with Range unless ``ignore_range``; a path under ``/cut/`` sends half its
+    bytes under the whole Content-Length and closes (a dropped connection); ``/garbage`` is not HTTP; one
+    under ``/stall/`` answers after STALL seconds, one under ``/midstall/`` stalls for STALL seconds
+    half-way through its body; one under ``/nolength/`` sends no Content-Length (the body ends with the
+    connection)."""
+
     files: typing.ClassVar[dict] = {}
     requests: typing.ClassVar[list] = []
+    ignore_range = False
 
     def do_GET(self):
         type(self).requests.append((self.path, self.headers.get("Range")))
+        if self.path == "/garbage":
+            self.wfile.write(b"SSH-2.0-OpenSSH_9.2\r\n")
+            return
+        if self.path.startswith("/stall/"):
+            time.sleep(STALL)
         body = type(self).files.get(self.path)
         if body is None:
             self.send_error(404)
             return
+        if self.path.startswith(("/nolength/", "/midstall/")):
+            self.send_response(200)
+            if self.path.startswith("/midstall/"):
+                self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+            if self.path.startswith("/midstall/"):
+                time.sleep(STALL)
+            self.wfile.write(body[len(body) // 2 :])
+            self.close_connection = True
+            return
+        if self.path.startswith("/cut/"):
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body[: len(body) // 2])
+            self.close_connection = True
+            return
         start = 0
-        if self.headers.get("Range"):
+        if self.headers.get("Range") and not type(self).ignore_range:
             start = int(self.headers["Range"].split("=")[1].rstrip("-"))
             if start >= len(body):
                 self.send_error(416)
@@ -56,11 +90,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class Server(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        pass  # a client that gave up (a timeout test) breaks the pipe: nothing to report
+
+
 @pytest.fixture
 def server():
     Handler.files = {}
     Handler.requests = []
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    Handler.ignore_range = False
+    httpd = Server(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
@@ -156,6 +196,53 @@ def test_a_partial_download_is_resumed(server, tmp_path):
     assert (tmp_path / "six-1.17.0-py3-none-any.whl").read_bytes() == CONTENT
 
 
+def test_a_download_cut_short_is_named_kept_and_resumed_by_the_next_run(server, tmp_path):
+    Handler.files["/cut/six.whl"] = CONTENT
+    Handler.files["/six.whl"] = CONTENT
+    partial = tmp_path / ".six-1.17.0-py3-none-any.whl.part"
+    with pytest.raises(FetchError) as error:
+        fetch_one(item(server + "/cut/six.whl"), str(tmp_path), [], True)
+    half = len(CONTENT) // 2
+    assert str(error.value) == (
+        f"six-1.17.0-py3-none-any.whl (six==1.17.0): {server}/cut/six.whl: the connection closed after "
+        f"{half} of {len(CONTENT)} bytes ({half} kept to resume from)"
+    )
+    assert [p.name for p in tmp_path.iterdir()] == [partial.name]
+    assert partial.read_bytes() == CONTENT[:half]
+    assert fetch_one(item(server + "/six.whl"), str(tmp_path), [], True)[0] == "fetched"
+    assert Handler.requests[-1] == ("/six.whl", f"bytes={half}-")
+    assert (tmp_path / "six-1.17.0-py3-none-any.whl").read_bytes() == CONTENT
+
+
+def test_a_resumed_download_cut_short_again_counts_only_what_this_response_sent(server, tmp_path):
+    partial = tmp_path / ".six-1.17.0-py3-none-any.whl.part"
+    partial.write_bytes(CONTENT[:1000])
+    Handler.files["/cut/six.whl"] = CONTENT
+    Handler.ignore_range = True  # the whole file again, cut: the partial is replaced, not appended to
+    with pytest.raises(FetchError, match=r"closed after 6000 of 12000 bytes \(6000 kept to resume from\)$"):
+        fetch_one(item(server + "/cut/six.whl"), str(tmp_path), [], True)
+    assert partial.read_bytes() == CONTENT[:6000]
+
+
+def test_a_server_that_ignores_range_sends_the_whole_file_which_replaces_the_partial(server, tmp_path):
+    (tmp_path / ".six-1.17.0-py3-none-any.whl.part").write_bytes(b"stale bytes")
+    Handler.files["/six.whl"] = CONTENT
+    Handler.ignore_range = True
+    assert fetch_one(item(server + "/six.whl"), str(tmp_path), [], True)[0] == "fetched"
+    assert Handler.requests == [("/six.whl", "bytes=11-")]
+    assert (tmp_path / "six-1.17.0-py3-none-any.whl").read_bytes() == CONTENT
+
+
+def test_an_answer_that_is_not_http_is_named_not_a_traceback(server, tmp_path):
+    with pytest.raises(FetchError) as error:
+        fetch_one(item(server + "/garbage"), str(tmp_path), [], True)
+    assert str(error.value) == (
+        f"six-1.17.0-py3-none-any.whl (six==1.17.0): {server}/garbage: BadStatusLine: SSH-2.0-OpenSSH_9.2"
+    )
+    with pytest.raises(FetchError, match=r": http://127.0.0.1:x/six.whl: InvalidURL: nonnumeric port: 'x'$"):
+        fetch_one(item("http://127.0.0.1:x/six.whl"), str(tmp_path), [], True)
+
+
 def test_a_partial_longer_than_the_file_is_dropped(server, tmp_path):
     partial = tmp_path / ".six-1.17.0-py3-none-any.whl.part"
     partial.write_bytes(CONTENT + b"more")
@@ -191,7 +278,7 @@ def test_every_source_and_its_reason_is_named(server, tmp_path):
 
 def test_no_source_at_all():
     with pytest.raises(
-        FetchError, match=r"no source: no mirror given and the lock's own URLs are not to be used"
+        FetchError, match=r"\): no source: no mirror given and the lock's own URLs are not to be used$"
     ):
         fetch_one(item("https://h/six.whl"), "/nonexistent", [], False)
 
@@ -268,3 +355,116 @@ def test_known_sha256_of_a_missing_file_and_a_damaged_record(tmp_path):
     save_verified(str(tmp_path), record)
     assert load_verified(str(tmp_path)) == record
     assert not (tmp_path / (VERIFIED + ".tmp")).exists()
+
+
+def test_candidates_keep_a_mirror_path_and_drop_an_empty_recorded_url():
+    assert candidates(item(""), [], True) == []
+    assert candidates(item(None), ["http://m/X/", "http://m/X"], True) == [
+        "http://m/X/six-1.17.0-py3-none-any.whl",
+        "http://m/X/six-1.17.0-py3-none-any.whl",
+    ]
+
+
+def test_an_https_source_is_downloaded_not_looked_for_on_disk(tmp_path):
+    with pytest.raises(FetchError) as error:
+        fetch_one(item("https://127.0.0.1:9/six.whl"), str(tmp_path), [], True)
+    assert str(error.value) == (
+        "six-1.17.0-py3-none-any.whl (six==1.17.0): "
+        "https://127.0.0.1:9/six.whl: [Errno 111] Connection refused"
+    )
+
+
+def test_a_body_without_content_length_is_taken_whole(server, tmp_path):
+    Handler.files["/nolength/six.whl"] = CONTENT
+    assert fetch_one(item(server + "/nolength/six.whl"), str(tmp_path), [], True)[0] == "fetched"
+    assert (tmp_path / "six-1.17.0-py3-none-any.whl").read_bytes() == CONTENT
+
+
+def test_each_failing_source_passes_to_the_next_and_every_reason_is_joined(server, tmp_path):
+    Handler.files["/cut/six-1.17.0-py3-none-any.whl"] = CONTENT
+    Handler.files["/six.whl"] = CONTENT
+    mirrors = [server + "/gone", server + "/cut", "http://127.0.0.1:x/"]
+    got = fetch_one(item(server + "/six.whl"), str(tmp_path), mirrors, True)
+    assert got == ("fetched", server + "/six.whl")
+    assert (tmp_path / "six-1.17.0-py3-none-any.whl").read_bytes() == CONTENT
+    (tmp_path / "six-1.17.0-py3-none-any.whl").unlink()
+    with pytest.raises(FetchError) as error:
+        fetch_one(item(server + "/garbage"), str(tmp_path), [server + "/gone", "http://127.0.0.1:x/"], True)
+    assert str(error.value) == (
+        f"six-1.17.0-py3-none-any.whl (six==1.17.0): {server}/gone/six-1.17.0-py3-none-any.whl: HTTP 404; "
+        "http://127.0.0.1:x/six-1.17.0-py3-none-any.whl: InvalidURL: nonnumeric port: 'x'; "
+        f"{server}/garbage: BadStatusLine: SSH-2.0-OpenSSH_9.2"
+    )
+
+
+def test_a_partial_outlives_a_source_that_is_not_found(server, tmp_path):
+    partial = tmp_path / ".six-1.17.0-py3-none-any.whl.part"
+    partial.write_bytes(CONTENT[:100])
+    with pytest.raises(FetchError, match=r"HTTP 404$"):
+        fetch_one(item(server + "/gone.whl"), str(tmp_path), [], True)
+    assert partial.read_bytes() == CONTENT[:100]
+
+
+def test_a_local_mirror_replaces_a_stale_partial(tmp_path):
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    (mirror / "six-1.17.0-py3-none-any.whl").write_bytes(CONTENT)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / ".six-1.17.0-py3-none-any.whl.part").write_bytes(b"stale")
+    got = fetch_one(item(), str(dest), [str(mirror)], True)
+    assert got == ("fetched", str(mirror / "six-1.17.0-py3-none-any.whl"))
+    assert [p.name for p in dest.iterdir()] == ["six-1.17.0-py3-none-any.whl"]
+    assert (dest / "six-1.17.0-py3-none-any.whl").read_bytes() == CONTENT
+
+
+def test_a_server_that_stalls_is_given_up_after_the_timeout(server, tmp_path):
+    Handler.files["/stall/six.whl"] = CONTENT
+    Handler.files["/midstall/six.whl"] = CONTENT
+    started = time.monotonic()
+    with pytest.raises(FetchError, match=r"/stall/six.whl: timed out$"):
+        fetch_one(item(server + "/stall/six.whl"), str(tmp_path), [], True, timeout=0.3)
+    with pytest.raises(FetchError, match=r"/midstall/six.whl: timed out$"):
+        fetch_one(item(server + "/midstall/six.whl"), str(tmp_path), [], True, timeout=0.3)
+    assert time.monotonic() - started < STALL  # neither waited for the server
+    with pytest.raises(FetchError, match=r"/stall/six.whl: timed out$"):
+        fetch_all([item(server + "/stall/six.whl")], str(tmp_path), timeout=0.3)
+
+
+def test_an_unwritable_store_is_named_by_its_reason(server, tmp_path):
+    Handler.files["/six.whl"] = CONTENT
+    with pytest.raises(FetchError) as error:
+        fetch_one(item(server + "/six.whl"), str(tmp_path / "absent"), [], True)
+    assert str(error.value) == (
+        f"six-1.17.0-py3-none-any.whl (six==1.17.0): {server}/six.whl: No such file or directory"
+    )
+
+
+def test_fetch_all_honours_use_lock_urls(server, tmp_path):
+    Handler.files["/six.whl"] = CONTENT
+    with pytest.raises(FetchError, match=r"no source: no mirror given"):
+        fetch_all([item(server + "/six.whl")], str(tmp_path), use_recorded_url=False)
+    assert Handler.requests == []
+
+
+def test_check_only_names_a_wrong_file_and_every_missing_one(tmp_path):
+    (tmp_path / "b-1-py3-none-any.whl").write_bytes(b"not the locked bytes")
+    (tmp_path / "c-1-py3-none-any.whl").write_bytes(CONTENT)
+    files = [item("", f"{name}-1-py3-none-any.whl") for name in "abc"]
+    assert fetch_all(files, str(tmp_path), check_only=True) == {
+        "fetched": [],
+        "present": ["c-1-py3-none-any.whl"],
+        "missing": ["a-1-py3-none-any.whl", "b-1-py3-none-any.whl"],
+    }
+
+
+def test_the_record_is_sorted_and_written_beside_the_files_from_any_working_directory(tmp_path, monkeypatch):
+    gone = tmp_path / "cwd"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()  # a relative path would fail here
+    save_verified(str(tmp_path), {"z.whl": [1, 2, "c"], "a.whl": [3, 4, "d"]})
+    text = (tmp_path / VERIFIED).read_text()
+    assert list(json.loads(text)) == ["a.whl", "z.whl"]
+    assert text.index('"a.whl"') < text.index('"z.whl"')
+    assert sorted(p.name for p in tmp_path.iterdir()) == [VERIFIED]
