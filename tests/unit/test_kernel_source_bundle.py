@@ -343,6 +343,13 @@ def test_fetch_checked_names_an_unreachable_server(tmp_path):
     assert files_under(tmp_path) == []
 
 
+def test_fetch_checked_downloads_an_https_url_rather_than_looking_for_a_file(tmp_path):
+    with pytest.raises(BundleError) as error:
+        fetch("https://127.0.0.1:9/x.tar.gz", str(tmp_path / "x.tar.gz"), timeout=5)
+    assert str(error.value) == "x.tar.gz: https://127.0.0.1:9/x.tar.gz: [Errno 111] Connection refused"
+    assert files_under(tmp_path) == []
+
+
 def test_fetch_checked_from_a_path_or_file_url_without_a_pin(tmp_path):
     source = tmp_path / "src.tar.gz"
     source.write_bytes(b"archive")
