@@ -28,6 +28,7 @@ from ansible.module_utils.kernel_source_bundle import (
     kernel_cmake_files,
     source_archive_url,
 )
+from halves import send_in_halves
 
 DEP_BYTES = b"tinydep tarball"
 DEP_SHA = hashlib.sha256(DEP_BYTES).hexdigest()
@@ -85,6 +86,10 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    def pause_and_watch(self):
+        time.sleep(SLOW)
+        type(self).watch()
+
     def do_GET(self):
         if "//" in self.path:
             self.send_error(404)
@@ -92,25 +97,11 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
         if self.path.startswith("/stall/"):
             time.sleep(STALL)
             self.path = self.path[len("/stall"):]
-        if self.path.startswith("/cut/"):
-            data = Path(self.directory, self.path[len("/cut/"):]).read_bytes()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data[:len(data) // 2])
-            self.close_connection = True
-            return
-        if self.path.startswith("/slow/"):
-            data = Path(self.directory, self.path[len("/slow/"):]).read_bytes()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data[:len(data) // 2])
-            self.wfile.flush()
-            time.sleep(SLOW)
-            type(self).watch()
-            self.wfile.write(data[len(data) // 2:])
-            return
+        for prefix in ("/cut/", "/slow/"):
+            if self.path.startswith(prefix):
+                data = Path(self.directory, self.path[len(prefix):]).read_bytes()
+                send_in_halves(self, data, rest=prefix == "/slow/", between=self.pause_and_watch)
+                return
         super().do_GET()
 
 

@@ -26,6 +26,7 @@ from ansible.module_utils.wheel_fetch import (
     load_verified,
     save_verified,
 )
+from halves import send_in_halves
 
 STALL = 2.0
 CONTENT = b"wheel bytes " * 1000
@@ -54,24 +55,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if body is None:
             self.send_error(404)
             return
-        if self.path.startswith(("/nolength/", "/midstall/")):
-            self.send_response(200)
-            if self.path.startswith("/midstall/"):
-                self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body[: len(body) // 2])
-            self.wfile.flush()
-            if self.path.startswith("/midstall/"):
-                time.sleep(STALL)
-            self.wfile.write(body[len(body) // 2 :])
-            self.close_connection = True
+        if self.path.startswith("/nolength/"):
+            send_in_halves(self, body, content_length=False)
+            return
+        if self.path.startswith("/midstall/"):
+            send_in_halves(self, body, between=lambda: time.sleep(STALL))
             return
         if self.path.startswith("/cut/"):
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body[: len(body) // 2])
-            self.close_connection = True
+            send_in_halves(self, body, rest=False)
             return
         start = 0
         if self.headers.get("Range") and not type(self).ignore_range:
