@@ -21,7 +21,7 @@ import urllib.error
 import urllib.parse
 
 from ansible.module_utils.sgl_kernel_source import fetchcontent_dependencies
-from ansible.module_utils.wheel_fetch import ShortRead, copy_local, download, file_sha256
+from ansible.module_utils.wheel_fetch import ShortRead, copy_local, download, file_sha256, is_url, local_path
 
 SOURCE_DIR = "source"
 MIRROR_DIR = "github"
@@ -156,10 +156,10 @@ def fetch_checked(source, target, sha256, timeout):
     partial = os.path.join(directory, f".{name}.part")
     os.makedirs(directory, exist_ok=True)
     try:
-        if source.startswith(("http://", "https://")):
+        if is_url(source):
             download(source, partial, timeout)
         else:
-            copy_local(source[len("file://"):] if source.startswith("file://") else source, partial)
+            copy_local(local_path(source), partial)
     except ShortRead as exc:  # what came stays in the part file, for the next run to resume
         raise BundleError(f"{name}: {source}: {exc}") from exc
     except urllib.error.HTTPError as exc:

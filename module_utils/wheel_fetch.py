@@ -71,22 +71,27 @@ def known_sha256(path, verified):
     return digest
 
 
-def _is_url(source):
+def is_url(source):
+    """Whether ``source`` is fetched over HTTP(S) (else it is a local path or a ``file://`` URL)."""
     return source.startswith(("http://", "https://"))
+
+
+def local_path(source):
+    """The path of a local ``source``: a ``file://`` URL without its scheme, a plain path as it is."""
+    return source[len("file://"):] if source.startswith("file://") else source
 
 
 def candidates(item, mirrors, use_recorded_url):
     """Where ``item`` (filename, url) may be had, in the order they are tried."""
     found = []
     for mirror in mirrors:
-        if _is_url(mirror):
+        if is_url(mirror):
             found.append(mirror.rstrip("/") + "/" + urllib.parse.quote(item["filename"]))
         elif mirror:
-            path = mirror[len("file://") :] if mirror.startswith("file://") else mirror
-            found.append(os.path.join(path, item["filename"]))
+            found.append(os.path.join(local_path(mirror), item["filename"]))
     recorded = item.get("url") or ""
     if use_recorded_url and recorded:
-        found.append(recorded[len("file://") :] if recorded.startswith("file://") else recorded)
+        found.append(local_path(recorded))
     return found
 
 
@@ -111,10 +116,10 @@ def download(url, partial, timeout):
         with open(partial, "ab" if start else "wb") as handle:
             shutil.copyfileobj(response, handle, CHUNK)
         length = response.headers.get("Content-Length", "")
-    got = os.path.getsize(partial) - start
-    if length.isdigit() and got < int(length):
-        raise ShortRead(f"the connection closed after {got} of {length} bytes "
-                        f"({os.path.getsize(partial)} kept to resume from)")
+    size = os.path.getsize(partial)
+    if length.isdigit() and size - start < int(length):
+        raise ShortRead(f"the connection closed after {size - start} of {length} bytes "
+                        f"({size} kept to resume from)")
 
 
 def fetch_one(item, dest, mirrors, use_recorded_url, timeout=60, *, verified=None):
@@ -130,7 +135,7 @@ def fetch_one(item, dest, mirrors, use_recorded_url, timeout=60, *, verified=Non
     for source in candidates(item, mirrors, use_recorded_url):
         partial = os.path.join(dest, "." + item["filename"] + ".part")
         try:
-            if _is_url(source):
+            if is_url(source):
                 download(source, partial, timeout)
             else:
                 if not os.path.isfile(source):
