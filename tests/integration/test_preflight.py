@@ -119,6 +119,23 @@ def test_bad_yaml_inventory_names_host_and_variable(tmp_path):
     assert not any(result.stats.get("dark", {}).values())
 
 
+def test_the_check_runs_on_a_host_that_wants_it_after_one_that_turned_it_off(tmp_path):
+    """The specs are read once per play (run_once): a first host that turns the check off must not
+    take the check away from the hosts after it."""
+    inventory = write(tmp_path, "hosts.yml", """\
+        all:
+          hosts:
+            unchecked: {ansible_host: 192.0.2.20, preflight_check_inventory: false, gpu_capabilty: "12.0"}
+            checked: {ansible_host: 192.0.2.21, gpu_capabilty: "12.0"}
+        """)
+    result = run_playbook(PREFLIGHT, inventory, cmdline=NO_CONNECT)
+    assert result.rc != 0
+    assert result.task("unchecked", CHECK_TASK)["event"] == "runner_on_skipped"
+    failed = result.task("checked", CHECK_TASK)
+    assert failed["event"] == "runner_on_failed"
+    assert "host checked: gpu_capabilty is not a variable of this project" in failed["msg"], failed["msg"]
+
+
 def test_ini_inventory_unquoted_capability_is_a_float(tmp_path):
     inventory = write(tmp_path, "hosts.ini", """\
         [blackwell]
