@@ -43,6 +43,9 @@ options:
     description:
       - Role name to parsed C(meta/argument_specs.yml) document, for every role of the project.
       - Each role name followed by C(_) is a policed prefix.
+      - Like any C(dict) option, it also takes the mapping as a JSON string. The preflight role passes
+        one, because a string reaches each host's module as it is, where a nested mapping is templated
+        again for every host.
     type: dict
     required: true
   prefixes:
