@@ -22,6 +22,7 @@ READ_TORCH = "Read the stack's torch build and arch list"
 REQUIRE_TORCH = "Require torch code for every target capability"
 REQUIRE_SOURCES = "Require every package source to answer"
 PLAN = "Check the profile and plan the stack"
+UV_INSTALL = "Install the profile's uv into its own environment"
 
 
 def sha256(data: bytes) -> str:
@@ -103,6 +104,8 @@ def test_second_run_changes_nothing(fleet_stack, second_run):
     for host in fleet_stack.hosts:
         assert second_run.task(host, READ_TORCH)["torch_version"] == TORCH_VERSION
         assert fleet_stack.current(host) == fleet_stack.stack_names[host]
+        # uv answered its version, so pip was not asked again
+        assert second_run.task(host, UV_INSTALL)["event"] == "runner_on_skipped"
 
 
 def test_cpu_torch_fails_naming_the_build_and_current_is_untouched(fleet_stack, second_run):
