@@ -98,10 +98,21 @@ facts:
       description: Installed distributions (see the python_distributions module).
       type: list
       elements: dict
+torch_probe:
+  description:
+    - The whole answer of the stack interpreter's torch probe (the keys the torch_cuda_archs module returns
+      before it rates, such as C(torch_version), C(build), C(arch_list) and C(devices)); null when the
+      stack in use has no torch, or there is no stack in use.
+    - Give it to C(torch_cuda_archs) as its C(probe) option to rate torch for capabilities
+      without importing torch a second time (C(playbooks/verify.yml) does).
+  returned: always
+  type: dict
+  sample: {torch_version: 2.14.1+cu130, build: cuda, cuda_version: "13.0", arch_list: [sm_90, sm_100, sm_120],
+           devices: [], cuda_available: false, python: /opt/sglang/stacks/stable-3f2a9c1d0e4b/bin/python}
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.stack_facts import StackFactsError, collect
+from ansible.module_utils.stack_facts import StackFactsError, read
 
 
 def main():
@@ -117,13 +128,13 @@ def main():
     )
     params = module.params
     try:
-        facts = collect(params["stack_root"], nvcc=params["nvcc"], unit_paths=params["unit_paths"],
-                        nvidia_smi=params["nvidia_smi"], timeout=params["timeout"])
+        facts, torch_probe = read(params["stack_root"], nvcc=params["nvcc"], unit_paths=params["unit_paths"],
+                                  nvidia_smi=params["nvidia_smi"], timeout=params["timeout"])
     except StackFactsError as exc:
         module.fail_json(msg=str(exc))
     except Exception as exc:  # never a traceback: say what failed
         module.fail_json(msg=f"stack_facts failed unexpectedly: {type(exc).__name__}: {exc}")
-    module.exit_json(changed=False, facts=facts)
+    module.exit_json(changed=False, facts=facts, torch_probe=torch_probe)
 
 
 if __name__ == "__main__":

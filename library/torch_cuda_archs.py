@@ -25,8 +25,16 @@ options:
     description:
       - Interpreter of the environment to inspect, e.g. C(/opt/sglang/venv/bin/python) or
         C(~/venv/bin/python). A bare name is looked up on the remote PATH. Must exist and be executable.
+      - Give O(python) or O(probe), not both.
     type: path
-    required: true
+  probe:
+    description:
+      - An earlier answer of the same probe, rated instead of importing torch again, e.g. the
+        C(torch_probe) that C(stack_facts) returns. C(playbooks/verify.yml) passes it, because a torch
+        import costs seconds, and CUDA initialisation more on a GPU host.
+      - It must hold what the probe answers (C(python), C(torch_version), C(build), C(arch_list),
+        C(devices)); anything else fails with a message. O(timeout) does not apply.
+    type: dict
   require:
     description:
       - Compute capabilities that torch must be able to run on, as strings (V("12.0"), V("120"),
@@ -68,6 +76,13 @@ seealso:
 """
 
 EXAMPLES = r"""
+- name: Rate the torch that stack_facts already probed, for the host's GPUs (no second torch import)
+  torch_cuda_archs:
+    probe: "{{ stack.torch_probe }}"
+    require: "{{ gpu_facts_result.capabilities }}"
+    fail_on_missing: false
+  when: stack.torch_probe is not none
+
 - name: Check that the serving venv's torch runs on this host's GPUs
   torch_cuda_archs:
     python: /opt/sglang/venv/bin/python
@@ -89,7 +104,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 python:
-  description: Absolute path of the interpreter that was probed.
+  description: Absolute path of the interpreter that was probed (by this module, or for O(probe)).
   returned: always
   type: str
 torch_version:
@@ -171,18 +186,21 @@ missing:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.cuda_arch import ArchError, parse_requirements
-from ansible.module_utils.torch_probe import TorchProbeError, check_requirements, inspect_torch
+from ansible.module_utils.torch_probe import TorchProbeError, check_requirements, inspect_torch, rate_answer
 
 
 def main():
     module = AnsibleModule(
         argument_spec={
-            "python": {"type": "path", "required": True},
+            "python": {"type": "path"},
+            "probe": {"type": "dict"},
             "require": {"type": "list", "elements": "raw", "default": []},
             "fail_on_missing": {"type": "bool"},
             "cuda_index_url": {"type": "str"},
             "timeout": {"type": "int", "default": 120},
         },
+        mutually_exclusive=[("python", "probe")],
+        required_one_of=[("python", "probe")],
         supports_check_mode=True,
     )
     try:
@@ -202,7 +220,10 @@ def check_torch(module):
     for warning in warnings:
         module.warn(warning)
     try:
-        facts = inspect_torch(params["python"], require, timeout=params["timeout"])
+        if params["probe"] is not None:
+            facts = rate_answer(params["probe"], require)
+        else:
+            facts = inspect_torch(params["python"], require, timeout=params["timeout"])
     except TorchProbeError as exc:
         module.fail_json(msg=str(exc))
     problem = check_requirements(facts, params["cuda_index_url"])

@@ -92,6 +92,12 @@ def unit_facts(patterns):
 
 def collect(stack_root, nvcc=None, unit_paths=(), nvidia_smi=None, timeout=120):
     """Lock-shaped facts of the stack in use on this host (see the module's RETURN)."""
+    return read(stack_root, nvcc=nvcc, unit_paths=unit_paths, nvidia_smi=nvidia_smi, timeout=timeout)[0]
+
+
+def read(stack_root, nvcc=None, unit_paths=(), nvidia_smi=None, timeout=120):
+    """(collect's facts, the torch probe's whole answer or None when the stack has no torch): the answer
+    (arch list, devices) lets a caller rate torch (torch_probe.rate_answer) without importing it again."""
     name, directory = current_stack(stack_root)
     manifest = read_manifest(directory) if directory else {}
     kernel_record = read_manifest(directory, "sgl_kernel.json") if directory else {}
@@ -114,7 +120,7 @@ def collect(stack_root, nvcc=None, unit_paths=(), nvidia_smi=None, timeout=120):
         "distributions": [],
     }
     if not directory:
-        return facts
+        return facts, None
     python = os.path.join(directory, "bin", "python")
     try:
         listing = probe_distributions(python, timeout=timeout)
@@ -128,11 +134,12 @@ def collect(stack_root, nvcc=None, unit_paths=(), nvidia_smi=None, timeout=120):
             facts["sgl_kernel"].update(package=package, version=versions[package])
             break
     facts["sglang"]["version"] = versions.get("sglang")
-    if "torch" in versions:
-        try:
-            torch = probe_torch(python, timeout=timeout)
-        except TorchProbeError as exc:
-            raise StackFactsError(f"stack {name}: {exc}") from None
-        facts["torch"].update(version=torch["torch_version"].split("+", 1)[0],
-                              git_version=torch["git_version"], cuda_version=torch["cuda_version"])
-    return facts
+    if "torch" not in versions:
+        return facts, None
+    try:
+        torch = probe_torch(python, timeout=timeout)
+    except TorchProbeError as exc:
+        raise StackFactsError(f"stack {name}: {exc}") from None
+    facts["torch"].update(version=torch["torch_version"].split("+", 1)[0],
+                          git_version=torch["git_version"], cuda_version=torch["cuda_version"])
+    return facts, torch

@@ -169,3 +169,31 @@ def rate(facts, require):
 def inspect_torch(python, require=(), timeout=120):
     """probe_torch, rated for ``require`` (canonical capabilities)."""
     return rate(probe_torch(python, timeout=timeout), require)
+
+
+# What an answer of probe_torch always holds, with the type each must have.
+_ANSWER_KEYS = (("python", str), ("torch_version", str), ("build", str), ("arch_list", list),
+                ("devices", list))
+
+
+def rate_answer(answer, require=()):
+    """An earlier answer of probe_torch (stack_facts returns it as ``torch_probe``), checked and rated for
+    ``require`` like inspect_torch, without importing torch again. The answer is not changed."""
+    if not isinstance(answer, dict):
+        raise TorchProbeError(f"probe must be an answer of the torch probe (a mapping), got "
+                              f"{type(answer).__name__}: pass the torch_probe that stack_facts returns, or "
+                              "python to probe the interpreter")
+    for key, kind in _ANSWER_KEYS:
+        if not isinstance(answer.get(key), kind):
+            raise TorchProbeError(f"probe is not an answer of the torch probe: its {key} is "
+                                  f"{answer.get(key)!r}, not a {kind.__name__}; pass the torch_probe that "
+                                  "stack_facts returns, or python to probe the interpreter")
+    if answer["build"] not in ("cuda", "cpu", "rocm"):
+        raise TorchProbeError(f"probe is not an answer of the torch probe: its build is {answer['build']!r}, "
+                              "not cuda, cpu or rocm")
+    for device in answer["devices"]:
+        if not isinstance(device, dict) or not isinstance(device.get("capability"), str):
+            raise TorchProbeError(f"probe is not an answer of the torch probe: device {device!r} has no "
+                                  "capability string")
+    rated = {**answer, "devices": [dict(device) for device in answer["devices"]]}
+    return rate(rated, require)

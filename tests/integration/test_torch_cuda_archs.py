@@ -7,6 +7,7 @@ The oracle for the arch list is torch itself, asked directly in the same interpr
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from ansible.module_utils.cuda_arch import KNOWN_CAPABILITIES
@@ -83,6 +84,51 @@ def test_cuda_build_missing_capability(cuda_torch):
     assert report["event"] == "runner_on_ok"
     assert report["missing"] == ["11.0"]
     assert report["changed"] is False
+
+
+def test_an_earlier_answer_is_rated_without_a_second_probe(cuda_torch, cpu_torch, tmp_path):
+    """probe: stack_facts' torch_probe (a real one, from the real CUDA build) rated as a fresh probe would be;
+    the interpreter is not run again (it is gone by then)."""
+    (tmp_path / "stacks").mkdir()  # the cached venv of the CUDA build, as the stack in use
+    (tmp_path / "stacks" / "s1").symlink_to(Path(cuda_torch).parent.parent)
+    (tmp_path / "stacks" / "current").symlink_to("s1")
+    read = run_module("stack_facts", {"stack_root": str(tmp_path / "stacks")})
+    assert read["event"] == "runner_on_ok", read.get("msg")
+    answer = read["torch_probe"]
+    assert answer["torch_version"] == "2.14.1+cu130"
+    assert answer["python"] == cuda_torch
+    assert_documented("stack_facts", read)
+    fresh = run_module("torch_cuda_archs", {"python": cuda_torch, "require": ["11.0", "12.0"],
+                                            "fail_on_missing": False})
+    # the answer alone is rated: a probe of the interpreter it names would fail (it does not exist)
+    answer = {**answer, "python": str(tmp_path / "gone" / "bin" / "python")}
+    rated = run_module("torch_cuda_archs", {"probe": answer, "require": ["11.0", "12.0"],
+                                            "fail_on_missing": False})
+    assert rated["event"] == "runner_on_ok", rated.get("msg")
+    keys = ("torch_version", "cuda_version", "git_version", "build", "arch_list", "devices", "require",
+            "missing")
+    assert {key: rated[key] for key in keys} == {key: fresh[key] for key in keys}
+    assert rated["missing"] == ["11.0"]
+    failed = run_module("torch_cuda_archs", {"probe": answer, "require": ["11.0"]})
+    assert failed["event"] == "runner_on_failed"
+    assert failed["msg"].startswith(f"torch 2.14.1+cu130 in {tmp_path}/gone/bin/python (CUDA 13.0) has no "
+                                    "code for capability 11.0")
+    cpu = run_module("torch_cuda_archs", {"python": cpu_torch})
+    answer_cpu = {key: value for key, value in cpu.items() if key in answer}
+    failed = run_module("torch_cuda_archs", {"probe": answer_cpu, "require": ["9.0"]})
+    assert failed["event"] == "runner_on_failed"
+    assert "is a CPU build (torch.version.cuda is None)" in failed["msg"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ({"python": sys.executable, "probe": {}}, "parameters are mutually exclusive: python|probe"),
+    ({"require": ["9.0"]}, "one of the following is required: python, probe"),
+    ({"probe": {"torch_version": "2.14.1"}}, "probe is not an answer of the torch probe: its python is None"),
+])
+def test_python_or_probe(args, message):
+    failed = run_module("torch_cuda_archs", args)
+    assert failed["event"] == "runner_on_failed"
+    assert failed["msg"].startswith(message), failed["msg"]
 
 
 def test_capability_newer_than_the_known_gpus_is_rated_with_a_warning(cuda_torch):

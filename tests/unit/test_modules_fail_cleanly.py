@@ -54,7 +54,7 @@ def assert_clean_failure(outcome, message):
     ("stack_bundle_kernel_source", {"dest": "/nonexistent", "archive_url": "http://127.0.0.1:9/s.tar.gz"},
      "kernel_source_bundle.bundle_kernel_source"),
     ("python_distributions", {"python": "python3"}, "python_dists.probe_distributions"),
-    ("stack_facts", {"stack_root": "/tmp"}, "stack_facts.collect"),
+    ("stack_facts", {"stack_root": "/tmp"}, "stack_facts.read"),
     ("stack_lock", {"action": "compare", "lock": {}, "facts": {}}, "stack_lock.validate_lock"),
     ("verify_checks", {"gpu": {}, "stack": {}}, "verify_report.host_checks"),
     ("verify_report", {"hosts": {}}, "verify_report.summarize"),

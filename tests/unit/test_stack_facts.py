@@ -24,6 +24,7 @@ from ansible.module_utils.stack_facts import (
     current_stack,
     file_sha256,
     nvcc_version,
+    read,
     read_manifest,
     unit_facts,
 )
@@ -159,6 +160,7 @@ def test_collect_without_a_stack_or_a_gpu(tmp_path, monkeypatch):
     unit = tmp_path / "sglang-main.service"
     unit.write_text("[Service]\n")
     facts = collect(str(tmp_path), unit_paths=[str(tmp_path / "absent.service"), str(unit)])
+    assert read(str(tmp_path), unit_paths=[str(unit)]) == (facts, None)
     assert facts == {
         "stack": {"root": str(tmp_path), "name": None, "path": None, "fingerprint": None, "python": None},
         "profile": None, "target_capabilities": [],
@@ -199,6 +201,15 @@ def test_collect_the_stack_in_use(tmp_path, monkeypatch):
     assert facts["unit"] == {"path": str(first), "sha256": hashlib.sha256(b"first\n").hexdigest()}
     assert [(d["name"], d["version"]) for d in facts["distributions"]] == [
         ("sgl-kernel", "0.3.9"), ("sglang", "0.5.23"), ("sglang-kernel", "0.4.1"), ("torch", "2.14.1+cu130")]
+    # read: the same facts, and the torch probe's whole answer, for rating without a second import
+    again, probe = read(str(tmp_path), nvcc=NVCC_12_6, unit_paths=[str(first), str(second)],
+                        nvidia_smi=str(STAND_INS / "nvidia-smi"))
+    assert again == facts
+    assert probe["python"] == str(directory / "bin" / "python")
+    assert (probe["torch_version"], probe["build"], probe["cuda_version"]) == ("0.0.0+stand-in", "cuda",
+                                                                               "13.0")
+    assert probe["arch_list"] == ["sm_80", "sm_90", "sm_100", "sm_120"]
+    assert [device["capability"] for device in probe["devices"]] == ["9.0"]
 
 
 def test_unit_facts_one_file_per_model_hashes_them_together(tmp_path):
@@ -224,7 +235,9 @@ def test_unit_facts_one_file_per_model_hashes_them_together(tmp_path):
 def test_collect_an_old_kernel_name_and_no_torch(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     make_stack(tmp_path, dists=[("sgl-kernel", "0.3.9")], manifest={"profile_name": "ampere"})
-    facts = collect(str(tmp_path))
+    facts, probe = read(str(tmp_path))
+    assert probe is None  # no torch: nothing was probed
+    assert facts == collect(str(tmp_path))
     assert facts["sgl_kernel"] == {"package": "sgl-kernel", "version": "0.3.9", "build_fingerprint": None}
     assert facts["torch"] == {"version": None, "git_version": None, "cuda_version": None, "index_url": None}
     assert facts["sglang"] == {"version": None}

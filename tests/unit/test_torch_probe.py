@@ -3,6 +3,8 @@
 The probe itself runs against real torch installs in tests/integration/test_torch_cuda_archs.py.
 """
 
+import json
+
 import pytest
 from ansible.module_utils import torch_probe
 from ansible.module_utils.torch_probe import (
@@ -94,3 +96,44 @@ def test_a_hung_probe_is_given_up_after_two_minutes_unless_told(monkeypatch, cal
     monkeypatch.setattr(torch_probe, "run_probe", fake_run_probe)
     assert call()["python"] == "/venv/bin/python"
     assert waits == [timeout]
+
+
+def test_an_earlier_answer_is_rated_as_a_fresh_probe_would_be_and_is_left_as_it_was():
+    answer = {**facts("cuda", TORCH_2_14_1), "devices": [{"index": 0, "capability": "12.1"},
+                                                          {"index": 1, "capability": "11.0"}]}
+    before = json.loads(json.dumps(answer))
+    rated = torch_probe.rate_answer(answer, ["12.0", "11.0"])
+    assert rated == rate(json.loads(json.dumps(answer)), ["12.0", "11.0"])
+    assert rated["missing"] == ["11.0"]
+    assert [d["covered"] for d in rated["devices"]] == [True, False]
+    assert answer == before  # the caller's answer (a registered result) gains no require/missing/covered
+    assert torch_probe.rate_answer(answer)["require"] == []
+    cpu = torch_probe.rate_answer({**facts("cpu", cuda=None), "devices": []}, ["9.0"])
+    assert cpu["missing"] == ["9.0"]
+    assert check_requirements(cpu).startswith("torch 2.14.1+cu130 in /venv/bin/python is a CPU build")
+
+
+@pytest.mark.parametrize(("answer", "message"), [
+    (None, r"^probe must be an answer of the torch probe \(a mapping\), got NoneType: pass the torch_probe "
+           r"that stack_facts returns, or python to probe the interpreter$"),
+    (["sm_90"], r"got list: "),
+    ({**facts(), "devices": []} | {"python": None},
+     r"^probe is not an answer of the torch probe: its python is None, not a str; pass the torch_probe "
+     r"that stack_facts returns, or python to probe the interpreter$"),
+    ({key: value for key, value in facts().items() if key != "torch_version"} | {"devices": []},
+     r"its torch_version is None, not a str;"),
+    ({**facts(), "devices": []} | {"build": 3}, r"its build is 3, not a str;"),
+    ({**facts(), "devices": []} | {"arch_list": "sm_90 sm_120"},
+     r"its arch_list is 'sm_90 sm_120', not a list;"),
+    (facts(), r"its devices is None, not a list;"),
+    ({**facts(), "devices": []} | {"build": "xpu"},
+     r"^probe is not an answer of the torch probe: its build is 'xpu', not cuda, cpu or rocm$"),
+    ({**facts(), "devices": ["cuda:0"]},
+     r"^probe is not an answer of the torch probe: device 'cuda:0' has no capability string$"),
+    ({**facts(), "devices": [{"index": 0, "capability": 9.0}]},
+     r"device \{'index': 0, 'capability': 9.0\} has"),
+], ids=["none", "list", "python", "no-version", "build-type", "arch-list-str", "no-devices", "build-xpu",
+        "device-str", "device-float"])
+def test_an_answer_that_is_not_the_probes_says_what_to_pass(answer, message):
+    with pytest.raises(torch_probe.TorchProbeError, match=message):
+        torch_probe.rate_answer(answer, ["9.0"])
