@@ -365,3 +365,14 @@ def test_stack_keep_counts_the_protected_previous_stack(tmp_path):
     assert sorted(os.listdir(root)) == sorted(["current", names["5"], names["4"], names["3"]])
     assert os.readlink(root / "current") == names["5"]
     assert result.task("localhost", "Find old stacks beyond stack_keep")["remove"] == [names["1"], names["2"]]
+
+
+def test_a_profile_that_does_not_exist_is_named_with_the_profiles_there_are(tmp_path):
+    """A misspelt profile stops preflight on the controller, with the file it looked for and the profiles
+    it has, before any host is changed."""
+    message = run_unchanged(tmp_path, "site.yml", inventory(tmp_path, "stack_profile: stabel\n"),
+                            "Require the profile on the controller")
+    profiles = sorted(path.stem for path in (REPO_ROOT / "profiles").glob("*.yml"))
+    assert message == (f"stack_profile 'stabel': there is no profile {REPO_ROOT}/profiles/stabel.yml. "
+                       f"Profiles in {REPO_ROOT}/profiles: {', '.join(profiles)}")
+    assert "stable" in profiles
