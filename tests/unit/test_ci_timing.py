@@ -674,3 +674,42 @@ def test_killed_sessions_temporary_directories_are_found_and_no_other(tmp_path):
             (tmp_path / name / ".lock").write_text(locks[name])
     # pytest-2: its session runs; pytest-3 ended (no lock); pytest-4's lock is not pytest's; current: no
     assert conftest.killed_sessions_tmp(tmp_path) == [tmp_path / "pytest-1"]
+
+
+def test_bytecode_goes_to_the_test_cache_unless_the_caller_names_a_prefix(tmp_path, monkeypatch):
+    conftest = load_conftest()
+    monkeypatch.setattr(sys, "pycache_prefix", sys.pycache_prefix)
+    monkeypatch.setattr(sys, "dont_write_bytecode", sys.dont_write_bytecode)
+    monkeypatch.setenv("SGLANG_FLEET_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", "/elsewhere")
+    assert conftest.bytecode_cache() is None  # the caller's own prefix is kept
+    assert (os.environ["PYTHONPYCACHEPREFIX"], os.environ["PYTHONDONTWRITEBYTECODE"]) == ("/elsewhere", "1")
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX")
+    prefix = tmp_path / "cache" / "pycache"
+    assert conftest.bytecode_cache() == prefix
+    assert os.environ["PYTHONPYCACHEPREFIX"] == sys.pycache_prefix == str(prefix)
+    assert "PYTHONDONTWRITEBYTECODE" not in os.environ
+    assert sys.dont_write_bytecode is False
+    # a process the tests start compiles into the prefix, not next to the source
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "probe_module.py").write_text("VALUE = 1\n")
+    subprocess.run([sys.executable, "-c", "import probe_module"], cwd=source, check=True)
+    assert [path.name for path in (prefix / source.relative_to("/")).rglob("*.pyc")] == [
+        f"probe_module.{sys.implementation.cache_tag}.pyc"]
+    assert not (source / "__pycache__").exists()
+
+
+def test_the_bytecode_of_sources_that_are_gone_is_pruned(tmp_path):
+    conftest = load_conftest()
+    prefix = tmp_path / "pycache"
+    kept, gone = tmp_path / "kept" / "pkg", tmp_path / "gone"
+    kept.mkdir(parents=True)
+    mirror = prefix / tmp_path.relative_to("/")
+    for directory in (mirror / "kept" / "pkg", mirror / "kept" / "pkg" / "sub", mirror / "gone" / "pkg"):
+        directory.mkdir(parents=True)
+        (directory / "m.cpython-311.pyc").write_bytes(b"")
+    assert conftest.prune_bytecode_cache(prefix) == [mirror / "gone", mirror / "kept" / "pkg" / "sub"]
+    assert sorted(str(p.relative_to(mirror)) for p in mirror.rglob("*.pyc")) == ["kept/pkg/m.cpython-311.pyc"]
+    assert not gone.exists()
