@@ -111,6 +111,9 @@ def test_an_earlier_answer_is_rated_as_a_fresh_probe_would_be_and_is_left_as_it_
     cpu = torch_probe.rate_answer({**facts("cpu", cuda=None), "devices": []}, ["9.0"])
     assert cpu["missing"] == ["9.0"]
     assert check_requirements(cpu).startswith("torch 2.14.1+cu130 in /venv/bin/python is a CPU build")
+    rocm = torch_probe.rate_answer({**facts("rocm", ["gfx942"], "2.9.0+rocm6.4", None, "6.4"), "devices": []},
+                                   ["9.0"])
+    assert "is a ROCm build (HIP 6.4)" in check_requirements(rocm)
 
 
 @pytest.mark.parametrize(("answer", "message"), [
