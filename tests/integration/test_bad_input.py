@@ -376,3 +376,32 @@ def test_a_profile_that_does_not_exist_is_named_with_the_profiles_there_are(tmp_
     assert message == (f"stack_profile 'stabel': there is no profile {REPO_ROOT}/profiles/stabel.yml. "
                        f"Profiles in {REPO_ROOT}/profiles: {', '.join(profiles)}")
     assert "stable" in profiles
+
+
+def test_each_distinct_profile_is_checked_once_and_fails_only_the_hosts_that_name_it(tmp_path):
+    """Three hosts, two of them on the stable profile and one on a copy of it with a misspelt key: the
+    controller checks each profile once (one run, two items, on the first host), and the host that names
+    the bad one fails with the check's message; preflight's any_errors_fatal stops the run before the
+    job's plays, and nothing changed."""
+    bad = tmp_path / "profiles" / "bad.yml"
+    bad.parent.mkdir()
+    bad.write_text((REPO_ROOT / "profiles" / "stable.yml").read_text().replace("cuda_tag:", "cuda_tagg:", 1))
+    local = ('ansible_connection: local, ansible_python_interpreter: "{{ ansible_playbook_python }}", '
+             f"stack_root: {tmp_path}/opt/stacks")
+    path = tmp_path / "hosts.yml"
+    path.write_text(f"all:\n  hosts:\n    a: {{{local}}}\n    b: {{{local}, stack_profile: {bad}}}\n"
+                    f"    c: {{{local}}}\n")
+    before = host_state(tmp_path)
+    result = run_playbook(PLAYBOOKS / "site.yml", path)
+    assert result.rc != 0
+    [checked] = result.task_runs("Check each profile and lock the play's hosts name, once each").values()
+    assert [item["item"]["profile_path"] for item in checked["results"]] == [
+        str(REPO_ROOT / "profiles" / "stable.yml"), str(bad)]
+    verdicts = result.task_runs("Require the host's profile and lock to have passed the check")
+    assert {host: res["event"] for host, res in verdicts.items()} == {
+        "a": "runner_on_ok", "b": "runner_on_failed", "c": "runner_on_ok"}
+    assert verdicts["b"]["msg"].startswith(f"{bad}: unknown key 'torch.cuda_tagg' (did you mean "
+                                           "'torch.cuda_tag'?)")
+    assert not any(res["event"] == "runner_on_failed" for host in "ac" for res in result.results[host])
+    assert not any(result.stats.get("changed", {}).values())
+    assert host_state(tmp_path) == before
