@@ -90,14 +90,10 @@ def unit_facts(patterns):
     return {"path": None, "sha256": None}
 
 
-def collect(stack_root, nvcc=None, unit_paths=(), nvidia_smi=None, timeout=120):
-    """Lock-shaped facts of the stack in use on this host (see the module's RETURN)."""
-    return read(stack_root, nvcc=nvcc, unit_paths=unit_paths, nvidia_smi=nvidia_smi, timeout=timeout)[0]
-
-
 def read(stack_root, nvcc=None, unit_paths=(), nvidia_smi=None, timeout=120):
-    """(collect's facts, the torch probe's whole answer or None when the stack has no torch): the answer
-    (arch list, devices) lets a caller rate torch (torch_probe.rate_answer) without importing it again."""
+    """(lock-shaped facts of the stack in use on this host, see the module's RETURN; the torch probe's
+    whole answer, None when there is no stack or it has no torch): the answer (arch list, devices) lets a
+    caller rate torch (torch_probe.rate_answer) without importing it again."""
     name, directory = current_stack(stack_root)
     manifest = read_manifest(directory) if directory else {}
     kernel_record = read_manifest(directory, "sgl_kernel.json") if directory else {}

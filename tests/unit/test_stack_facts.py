@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 from ansible.module_utils.stack_facts import (
     StackFactsError,
-    collect,
     current_stack,
     file_sha256,
     nvcc_version,
@@ -159,8 +158,8 @@ def test_collect_without_a_stack_or_a_gpu(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))           # no nvidia-smi to be found
     unit = tmp_path / "sglang-main.service"
     unit.write_text("[Service]\n")
-    facts = collect(str(tmp_path), unit_paths=[str(tmp_path / "absent.service"), str(unit)])
-    assert read(str(tmp_path), unit_paths=[str(unit)]) == (facts, None)
+    facts, probe = read(str(tmp_path), unit_paths=[str(tmp_path / "absent.service"), str(unit)])
+    assert probe is None  # no stack: nothing was probed
     assert facts == {
         "stack": {"root": str(tmp_path), "name": None, "path": None, "fingerprint": None, "python": None},
         "profile": None, "target_capabilities": [],
@@ -182,8 +181,8 @@ def test_collect_the_stack_in_use(tmp_path, monkeypatch):
     first, second = tmp_path / "a.service", tmp_path / "b.service"
     first.write_text("first\n")
     second.write_text("second\n")
-    facts = collect(str(tmp_path), nvcc=NVCC_12_6, unit_paths=[str(first), str(second)],
-                    nvidia_smi=str(STAND_INS / "nvidia-smi"))
+    facts, probe = read(str(tmp_path), nvcc=NVCC_12_6, unit_paths=[str(first), str(second)],
+                        nvidia_smi=str(STAND_INS / "nvidia-smi"))
     assert facts["stack"] == {"root": str(tmp_path), "name": "s1", "path": str(directory),
                               "fingerprint": "f" * 64, "python": "{}.{}.{}".format(*sys.version_info[:3])}
     assert facts["profile"] == "hopper"
@@ -201,10 +200,7 @@ def test_collect_the_stack_in_use(tmp_path, monkeypatch):
     assert facts["unit"] == {"path": str(first), "sha256": hashlib.sha256(b"first\n").hexdigest()}
     assert [(d["name"], d["version"]) for d in facts["distributions"]] == [
         ("sgl-kernel", "0.3.9"), ("sglang", "0.5.23"), ("sglang-kernel", "0.4.1"), ("torch", "2.14.1+cu130")]
-    # read: the same facts, and the torch probe's whole answer, for rating without a second import
-    again, probe = read(str(tmp_path), nvcc=NVCC_12_6, unit_paths=[str(first), str(second)],
-                        nvidia_smi=str(STAND_INS / "nvidia-smi"))
-    assert again == facts
+    # the torch probe's whole answer, for rating without a second import
     assert probe["python"] == str(directory / "bin" / "python")
     assert (probe["torch_version"], probe["build"], probe["cuda_version"]) == ("0.0.0+stand-in", "cuda",
                                                                                "13.0")
@@ -237,7 +233,6 @@ def test_collect_an_old_kernel_name_and_no_torch(tmp_path, monkeypatch):
     make_stack(tmp_path, dists=[("sgl-kernel", "0.3.9")], manifest={"profile_name": "ampere"})
     facts, probe = read(str(tmp_path))
     assert probe is None  # no torch: nothing was probed
-    assert facts == collect(str(tmp_path))
     assert facts["sgl_kernel"] == {"package": "sgl-kernel", "version": "0.3.9", "build_fingerprint": None}
     assert facts["torch"] == {"version": None, "git_version": None, "cuda_version": None, "index_url": None}
     assert facts["sglang"] == {"version": None}
@@ -249,7 +244,7 @@ def test_a_stack_whose_torch_is_listed_but_does_not_import(tmp_path, monkeypatch
     monkeypatch.setenv("PATH", str(tmp_path))
     make_stack(tmp_path, dists=[("torch", "2.14.1")])
     with pytest.raises(StackFactsError, match=r"^stack s1: torch is not installed for "):
-        collect(str(tmp_path))
+        read(str(tmp_path))
 
 
 def test_a_stack_without_its_interpreter(tmp_path, monkeypatch):
@@ -257,7 +252,7 @@ def test_a_stack_without_its_interpreter(tmp_path, monkeypatch):
     directory = make_stack(tmp_path)
     (directory / "bin" / "python").unlink()
     with pytest.raises(StackFactsError, match=rf"^stack s1: python {directory}/bin/python does not exist"):
-        collect(str(tmp_path))
+        read(str(tmp_path))
 
 
 def test_the_probe_timeout_reaches_the_listing(tmp_path, monkeypatch):
@@ -268,7 +263,7 @@ def test_the_probe_timeout_reaches_the_listing(tmp_path, monkeypatch):
     python.write_text("#!/bin/sh\nexec /bin/sleep 5\n")
     python.chmod(0o755)
     with pytest.raises(StackFactsError, match=r"^stack s1: the distribution listing in .* within 0\.2 s"):
-        collect(str(tmp_path), timeout=0.2)
+        read(str(tmp_path), timeout=0.2)
 
 
 def test_the_probe_timeout_reaches_the_torch_probe(tmp_path, monkeypatch):
@@ -281,4 +276,4 @@ def test_the_probe_timeout_reaches_the_torch_probe(tmp_path, monkeypatch):
     site = next(directory.glob("lib/python*/site-packages"))
     (site / "hung-torch.pth").write_text(f"{hung}\n")
     with pytest.raises(StackFactsError, match=r"^stack s1: the torch probe in .* within 1 s"):
-        collect(str(tmp_path), timeout=1)
+        read(str(tmp_path), timeout=1)
