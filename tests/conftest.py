@@ -102,8 +102,12 @@ FLEET_TESTS = ("tests/integration/fleet/", "tests/molecule/")
 # each; with it here the lanes took 1,886 s and 1,880 s of run8's tests, without it 1,660 s and 2,106 s).
 # Neither lane holds two stack-heavy fleets at once: the session lane's big ones (molecule, the session
 # stacks) run one after the other.
+# The driver role's module (a light fleet of its own) went there when the service role's module came back
+# into CI on the session lane (2026-12-04: session 1,315 s, rollout 1,074 s of run18's tests; the driver
+# module is 114 s of them).
 ROLLOUT_LANE_MODULES = frozenset({"test_rolling_rebuild.py", "test_fleet_reboot.py",
-                                  "test_fleet_teardown.py", "test_fleet_verify_doctor.py"})
+                                  "test_fleet_teardown.py", "test_fleet_verify_doctor.py",
+                                  "test_nvidia_driver_role.py"})
 
 
 def fleet_lane(nodeid: str) -> str | None:
