@@ -13,6 +13,23 @@ UV = "uv==0.13.8"
 UV_DIR = "/opt/sglang/tools/uv-0.13.8"
 LIGHT_STACK = "light-0123456789ab"
 
+def uv_tasks(venv: str, python: str = "python3") -> list[dict]:
+    """Tasks that put the pinned uv into its own venv on a fleet host, from the fleet's wheelhouse: a venv
+    made --without-pip, uv installed into it by the host's own pip. The pip module's venv runs ensurepip
+    and its pip lists the installed packages around the install (about 4 CPU-seconds a host, against 0.7
+    this way)."""
+    return [
+        {"name": "Create uv's venv",
+         "ansible.builtin.command": {"argv": [python, "-m", "venv", "--without-pip", venv],
+                                     "creates": f"{venv}/bin/python"}},
+        {"name": "Install uv",
+         "ansible.builtin.command": {
+             "cmd": f"{python} -m pip --python {venv}/bin/python install --quiet "
+                    f"--disable-pip-version-check {{{{ fleet_wheelhouse_pip_args }}}} {UV}",
+             "creates": f"{venv}/bin/uv"}},
+    ]
+
+
 # A real but light stack on every host, made the stack role's way (the pinned uv in stack_tools_dir, a uv
 # venv, stack.json, .sealed, current) with three small wheels from the served wheelhouse instead of torch.
 LIGHT_PLAY = [{
@@ -23,17 +40,7 @@ LIGHT_PLAY = [{
              "uv_env": {"UV_CACHE_DIR": "/var/cache/sglang/uv", "UV_PYTHON_DOWNLOADS": "never",
                         "UV_NO_CONFIG": "1"}},
     "tasks": [
-        # a venv without pip, uv installed into it by the host's own pip: the pip module's venv runs
-        # ensurepip and its pip asks for the installed packages around the install (about 4 CPU-seconds a
-        # host, against 0.7 this way)
-        {"name": "Create uv's venv",
-         "ansible.builtin.command": {"argv": ["python3", "-m", "venv", "--without-pip", UV_DIR],
-                                     "creates": f"{UV_DIR}/bin/python"}},
-        {"name": "Install uv",
-         "ansible.builtin.command": {
-             "cmd": f"python3 -m pip --python {UV_DIR}/bin/python install --quiet "
-                    f"--disable-pip-version-check {{{{ fleet_wheelhouse_pip_args }}}} {UV}",
-             "creates": f"{UV_DIR}/bin/uv"}},
+        *uv_tasks(UV_DIR),
         {"name": "Create the stack's venv",
          "ansible.builtin.command": {"argv": ["{{ uv }}", "venv", "--python", "python3.11",
                                               "{{ stack_dir }}"], "creates": "{{ stack_dir }}/bin/python"},

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import yaml
 from cache import pip_download
+from light_stack import UV, uv_tasks
 from sglang_parser import PARSER_WHEELS, STAND_IN
 
-UV = "uv==0.13.8"
 PY_SPY = "py-spy==0.4.3"  # the gate's stack dump of a hung server
 SMG_WHEELS = ["smg==1.13.0", "setproctitle==1.3.8", "grpcio==1.85.3", "grpcio-health-checking==1.85.1",
               "protobuf==7.36.2", "PyYAML==6.0.4", "typing_extensions==4.16.0"]
@@ -56,14 +56,7 @@ def prepare_stack() -> list:
         "hosts": "fleet",
         "gather_facts": False,
         "tasks": [
-            # a venv without pip, uv installed by the host's pip (tests/light_stack.py says why)
-            {"name": "uv's venv", "ansible.builtin.command": {
-                "argv": ["/usr/bin/python3", "-m", "venv", "--without-pip", UV_VENV],
-                "creates": f"{UV_VENV}/bin/python"}},
-            {"name": "uv in a venv", "ansible.builtin.command": {
-                "cmd": f"/usr/bin/python3 -m pip --python {UV_VENV}/bin/python install --quiet "
-                       f"--disable-pip-version-check {{{{ fleet_wheelhouse_pip_args }}}} {UV}",
-                "creates": f"{UV_VENV}/bin/uv"}},
+            *uv_tasks(UV_VENV, python="/usr/bin/python3"),
             {"name": "uv configuration: the wheelhouse only", "ansible.builtin.copy": {
                 "content": 'no-index = true\nfind-links = ["{{ fleet_wheelhouse_url }}"]\n',
                 "dest": UV_CONFIG, "mode": "0644"}},
