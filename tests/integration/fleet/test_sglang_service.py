@@ -358,6 +358,29 @@ def test_stop_is_bounded_when_the_drain_never_ends(first_run, fleet, hosts, play
     assert 3.5 < took < 10, took
 
 
+DIRS_TASK = "Create the state and cache directories, owned by the service user"
+
+
+def test_a_state_or_cache_directory_put_wrong_is_put_right_and_only_it(first_run, fleet, hosts, play):
+    """The role reads its 9 directories at once and runs the file module only on those not right."""
+    h1, state = hosts[0], "/var/lib/sglang"
+    dirs = [state, f"{state}/cache/nv", f"{state}/cache/triton", f"{state}/cache/xdg"]
+    stat = f"stat -c '%n %a %U:%G' {' '.join(dirs)}"
+    right = [f"{path} 750 sglang:sglang" for path in dirs]
+    assert fleet.ssh(h1, stat).stdout.splitlines() == right
+    fleet.ssh(h1, f"chown root:root {state}/cache/triton && chmod 0755 {state}/cache/nv "
+                  f"&& rm -rf {state}/cache/xdg")
+    again = play(_one_model_play(fleet, MAIN))
+    assert again.rc == 0, again.stdout[-4000:]
+    fixed = again.task(h1, DIRS_TASK)["results"]
+    assert sorted(item["item"] for item in fixed) == sorted(dirs[1:]), fixed
+    assert all(item["changed"] for item in fixed), fixed
+    assert fleet.ssh(h1, stat).stdout.splitlines() == right
+    settled = play(_one_model_play(fleet, MAIN))
+    assert settled.rc == 0, settled.stdout[-4000:]
+    assert settled.task(h1, DIRS_TASK)["event"] == "runner_on_skipped"  # an empty loop: no file module run
+
+
 MANAGED = "grep -l '^EnvironmentFile=/etc/sglang/' /etc/systemd/system/sglang-*.service 2>/dev/null || true"
 
 
