@@ -10,8 +10,9 @@ import json
 
 LIGHT_WHEELS = ["filelock==4.3.1", "tqdm==4.70.1", "packaging==26.4"]
 UV = "uv==0.13.8"
-UV_DIR = "/opt/sglang/tools/uv-0.13.8"
+UV_DIR = f"/opt/sglang/tools/uv-{UV.split('==')[1]}"  # the stack role's stack_tools_dir layout
 LIGHT_STACK = "light-0123456789ab"
+
 
 def uv_tasks(venv: str, python: str = "python3") -> list[dict]:
     """Tasks that put the pinned uv into its own venv on a fleet host, from the fleet's wheelhouse: a venv
