@@ -154,7 +154,17 @@ def test_a_command_under_accounting_is_recorded_with_its_cpu(tmp_path):
     assert file.stat().st_size == size
 
 
-def test_run_without_root_or_kernel_support_says_why(monkeypatch):
+def test_a_kernel_without_accounting_is_named(monkeypatch):
     monkeypatch.setattr(acct.Path, "exists", lambda self: False)
     with pytest.raises(acct.AccountingError, match="no BSD process accounting"):
         acct.switch(None)
+
+
+def test_a_refused_switch_says_why_and_asks_for_root_on_eperm(monkeypatch):
+    class Libc:  # acct(2) answering -1 as it does for a user without CAP_SYS_PACCT
+        def acct(self, path):
+            return -1
+    monkeypatch.setattr(acct.ctypes, "CDLL", lambda name, use_errno=False: Libc())
+    monkeypatch.setattr(acct.ctypes, "get_errno", lambda: 1)
+    with pytest.raises(acct.AccountingError, match=r"acct\(/x\): Operation not permitted \(run as root\)"):
+        acct.switch(Path("/x"))
