@@ -45,7 +45,8 @@ AHZ = 100  # the kernel's accounting clock (ticks per second) on Linux
 DEFAULT_FILE = Path(".cache") / "cpu-accounting" / "acct"
 HOST_ANCESTOR = "systemd-nspawn"
 ANSIBLE = "ansible-playboo"  # the kernel keeps 15 characters of a command's name
-# set for the accounted command: a test that would switch accounting itself skips (it would end this run's)
+# set for the accounted command: a test that would switch accounting itself checks against this file instead
+# (switching would end the outer run's records)
 ACCOUNTING_ENV = "SGLANG_CPU_ACCOUNTING"
 
 
