@@ -6,7 +6,6 @@ colored closing line and a failure whose captured output holds another pytest's 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,17 +14,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from by_path import load
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOGS = Path(__file__).parent / "cases" / "ci_logs"
-
-
-def load(name: str, path: Path):
-    """A module from its file (bench/ and tests/conftest.py are not packages)."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 ci_timing = load("ci_timing", REPO_ROOT / "bench" / "ci_timing.py")

@@ -3,7 +3,6 @@ the kernel's layout), and one real accounting run of a busy child (root: acct(2)
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import struct
 import subprocess
@@ -11,14 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from by_path import load
 from prereq import require
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "bench" / "cpu_accounting.py"
-spec = importlib.util.spec_from_file_location("cpu_accounting", SCRIPT)
-acct = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = acct  # dataclasses look their module up there
-spec.loader.exec_module(acct)
+acct = load("cpu_accounting", SCRIPT)
 
 
 def encode_comp_t(value: int) -> int:
