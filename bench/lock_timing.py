@@ -37,10 +37,11 @@ from ansible.module_utils.pylock import read_lock, select, split_tools  # noqa: 
 from ansible_run import run_playbook  # noqa: E402
 from fleet import Fleet  # noqa: E402
 from fleet.base import ensure_base  # noqa: E402
+from pins import UV_BIN  # noqa: E402
 
 SITE = REPO / "playbooks" / "site.yml"
 LOCK = REPO / "profiles" / "pylock.stable.toml"
-UV = "/opt/sglang/tools/uv-0.13.8/bin/uv"
+UV = UV_BIN
 
 
 def locked_set(machine="x86_64", glibc="2.36"):

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from ansible_run import run_playbook
 from fleet import Fleet
 from fleet.base import ensure_base
+from pins import UV_BIN
 from stackrun import SITE, fill_wheelhouse, stack_extravars
 
 TORCH = "torch==2.14.1"
@@ -51,7 +52,7 @@ def timed_ssh(fleet, host, command, timeout=1800) -> float:
 def uv_vs_pip(fleet, host) -> dict:
     url = fleet.wheelhouse_url
     trusted = url.split("//", 1)[1].split(":", 1)[0]
-    uv = "/opt/sglang/tools/uv-0.13.8/bin/uv"
+    uv = UV_BIN
     sources = f"--no-index --find-links {url}"
     tmp = "/var/tmp/stack-bench"  # not /tmp (pip unpacks there): a small tmpfs on the hosts
     fleet.ssh(host, f"rm -rf {tmp}")

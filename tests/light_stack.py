@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 
+from pins import UV_DIR, UV_VERSION
+
 LIGHT_WHEELS = ["filelock==4.3.1", "tqdm==4.70.1", "packaging==26.4"]
-UV = "uv==0.13.8"
-UV_DIR = f"/opt/sglang/tools/uv-{UV.split('==')[1]}"  # the stack role's stack_tools_dir layout
+UV = f"uv=={UV_VERSION}"
 LIGHT_STACK = "light-0123456789ab"
 
 

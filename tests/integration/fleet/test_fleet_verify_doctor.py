@@ -20,6 +20,7 @@ from ansible_run import REPO_ROOT, run_playbook
 from cache import pip_download, wheelhouse
 from fleet import Fleet
 from light_stack import LIGHT_PLAY, LIGHT_STACK, LIGHT_WHEELS, UV
+from pins import UV_BIN
 
 pytestmark = pytest.mark.integration
 
@@ -73,7 +74,7 @@ def faulty_fleet(fleet_base, tmp_path_factory):
         stand_in_nvidia_smi(fleet, hosts[1], "nvml-mismatch")
         stand_in_nvidia_smi(fleet, hosts[2], "rtx-pro-6000-x8-acs")
         fleet.ssh(hosts[4], "rm /opt/sglang/stacks/current")
-        fleet.ssh(hosts[7], f"/opt/sglang/tools/uv-0.13.8/bin/uv pip install --python "
+        fleet.ssh(hosts[7], f"{UV_BIN} pip install --python "
                             f"/opt/sglang/stacks/{LIGHT_STACK}/bin/python --no-index --find-links "
                             f"{fleet.wheelhouse_url} {OTHER_FILELOCK}")
         yield fleet, hosts, work / "doctor.lock.yml", work

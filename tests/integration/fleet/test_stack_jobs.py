@@ -19,6 +19,7 @@ import yaml
 from ansible.module_utils.pylock import read_lock, wheel_urls
 from ansible_run import REPO_ROOT
 from cache import pip_download
+from pins import UV_BIN
 from stackrun import SEEDED_UV_CACHE
 
 pytestmark = pytest.mark.integration
@@ -102,7 +103,7 @@ def test_verify_with_the_lock_shows_no_drift_then_a_hand_change(fleet, fleet_sta
         assert checks[host][name]["status"] == "ok", checks[host][name]
     assert checks[host]["gpu"]["status"] == "skip"
     pip_download([OTHER_FILELOCK])
-    uv = f"/opt/sglang/tools/uv-0.13.8/bin/uv pip install --python {fleet_stack.root}/current/bin/python " \
+    uv = f"{UV_BIN} pip install --python {fleet_stack.root}/current/bin/python " \
          f"--no-index --find-links {fleet.wheelhouse_url}"
     locked = next(d["version"] for d in yaml.safe_load(path.read_text())["distributions"]
                   if d["name"] == "filelock")
@@ -244,7 +245,7 @@ def test_a_hand_change_on_the_reproduced_host_is_drift_and_reproduce_puts_it_bac
     locked = next(d["version"] for d in yaml.safe_load(reproduced["path"].read_text())["distributions"]
                   if d["name"] == "filelock")
     pip_download([OTHER_FILELOCK])
-    fleet.ssh(host, f"/opt/sglang/tools/uv-0.13.8/bin/uv pip install --python "
+    fleet.ssh(host, f"{UV_BIN} pip install --python "
                     f"{fleet_stack.root}/current/bin/python --no-index --find-links {fleet.wheelhouse_url} "
                     f"{OTHER_FILELOCK}")
     _result, checks = verify(fleet_stack, tmp_path, reproduced["path"], limit=host)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from ansible_run import REPO_ROOT
 from lockwheels import fill_from_lock, stack_versions
+from pins import UV_BIN
 from stackrun import SEEDED_UV_CACHE, SITE, fill_wheelhouse
 
 pytestmark = pytest.mark.integration
@@ -82,7 +83,7 @@ def test_the_locked_stack_installs_under_hostile_pip_and_uv_configuration(locked
 def test_the_installed_set_is_exactly_the_lock(locked, fleet):
     host = locked["host"]
     listed = fleet.ssh(
-        host, f"/opt/sglang/tools/uv-0.13.8/bin/uv pip list --format=json --python {ROOT}/current/bin/python"
+        host, f"{UV_BIN} pip list --format=json --python {ROOT}/current/bin/python"
     )
     installed = {
         item["name"].lower().replace("_", "-"): item["version"] for item in json.loads(listed.stdout)
