@@ -11,7 +11,10 @@ ansible-playbook processes (the main process and its per-task forks), the pytest
 
 `run` switches the kernel's process accounting (acct(2), root only) to FILE (default
 .cache/cpu-accounting/acct), runs the command, switches accounting off again and prints the summary.
-Accounting is machine-wide: every process that ends meanwhile is recorded, not only the command's.
+Accounting is machine-wide: every process that ends meanwhile is recorded, not only the command's, and
+there is one accounting file at a time: anything that switches accounting during the run (another `run`,
+a test that switches it) ends this run's records. `run` checks that a process it starts after the command
+is in its file, and says INCOMPLETE (exit 3 when the command passed) when it is not.
 `summary` reads an existing FILE; --since/--until keep the processes started in that window (e.g. the
 fleet stage: its start time from the `.ci/run` log).
 
@@ -35,6 +38,7 @@ import os
 import struct
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence
@@ -48,6 +52,7 @@ ANSIBLE = "ansible-playboo"  # the kernel keeps 15 characters of a command's nam
 # set for the accounted command: a test that would switch accounting itself checks against this file instead
 # (switching would end the outer run's records)
 ACCOUNTING_ENV = "SGLANG_CPU_ACCOUNTING"
+INCOMPLETE = 3  # run's exit status when the command passed but its records stop early
 
 
 class AccountingError(Exception):
@@ -169,16 +174,34 @@ def switch(path: Optional[Path]) -> None:
         raise AccountingError(f"acct({path or 'NULL'}): {os.strerror(errno)}{hint}")
 
 
+def _marker() -> int:
+    """Run a process that ends at once; its pid, to look for its record."""
+    marker = subprocess.Popen(["true"])
+    marker.wait()
+    return marker.pid
+
+
 def run(command: Sequence[str], path: Path) -> int:
+    """Account ``command``; its exit status, or INCOMPLETE when it passed but the records stop early."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"")  # acct(2) appends to an existing file
     switch(path)
     try:
         status = subprocess.call(list(command), env={**os.environ, ACCOUNTING_ENV: str(path)})
+        last = _marker()  # ends while accounting is on: its record shows nothing switched it away
     finally:
         switch(None)
-    print(summarize(parse(path.read_bytes())))
+    processes = parse(path.read_bytes())
+    print(summarize(processes))
     print(f"records: {path} (bench/cpu_accounting.py summary {path} --since/--until EPOCH for a window)")
+    if not any(p.pid == last and p.command == "true" for p in processes):
+        end = max((p.start + p.elapsed for p in processes), default=None)
+        until = time.strftime("%H:%M:%S", time.localtime(end)) if end is not None else "its start"
+        print(f"cpu_accounting: INCOMPLETE: the records stop at {until}, before the command ended: something "
+              "switched accounting off or to another file meanwhile (acct(2) is machine-wide, one file at a "
+              "time; e.g. another `cpu_accounting.py run`); the figures above cover only that part",
+              file=sys.stderr)
+        return status or INCOMPLETE
     return status
 
 

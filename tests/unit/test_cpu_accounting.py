@@ -151,6 +151,28 @@ def test_a_command_under_accounting_is_recorded_with_its_cpu(tmp_path):
     assert file.stat().st_size == size
 
 
+def test_records_that_stop_before_the_command_ends_are_called_incomplete(tmp_path):
+    """Real acct(2): a command that switches accounting off (as another run would) passes, yet the run
+    exits INCOMPLETE and says when its records stop, instead of printing part of the figures as all."""
+    require(os.geteuid() == 0, "acct(2) needs root (CI runs as root)")
+    if os.environ.get(acct.ACCOUNTING_ENV):
+        pytest.skip("under `cpu_accounting.py run`: switching here would end that run's records")
+    file = tmp_path / "acct"
+    off = "import ctypes\nassert ctypes.CDLL(None).acct(None) == 0\n"
+    result = subprocess.run([sys.executable, str(SCRIPT), "run", "--file", str(file), "--",
+                             sys.executable, "-c", off],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == acct.INCOMPLETE, result.stderr
+    assert "cpu_accounting: INCOMPLETE: the records stop at " in result.stderr
+    assert "CPU seconds by process" in result.stdout
+    # and a command that fails keeps its own status
+    failing = subprocess.run([sys.executable, str(SCRIPT), "run", "--file", str(file), "--",
+                              sys.executable, "-c", off + "raise SystemExit(7)\n"],
+                             capture_output=True, text=True, timeout=120, check=False)
+    assert failing.returncode == 7, failing.stderr
+    assert "INCOMPLETE" in failing.stderr
+
+
 def test_a_kernel_without_accounting_is_named(monkeypatch):
     monkeypatch.setattr(acct.Path, "exists", lambda self: False)
     with pytest.raises(acct.AccountingError, match="no BSD process accounting"):
