@@ -155,8 +155,8 @@ def test_records_that_stop_before_the_command_ends_are_called_incomplete(tmp_pat
     """Real acct(2): a command that switches accounting off (as another run would) passes, yet the run
     exits INCOMPLETE and says when its records stop, instead of printing part of the figures as all."""
     require(os.geteuid() == 0, "acct(2) needs root (CI runs as root)")
-    if os.environ.get(acct.ACCOUNTING_ENV):
-        pytest.skip("under `cpu_accounting.py run`: switching here would end that run's records")
+    require(not os.environ.get(acct.ACCOUNTING_ENV),
+            "under `cpu_accounting.py run`: switching accounting here would end that run's records")
     file = tmp_path / "acct"
     off = "import ctypes\nassert ctypes.CDLL(None).acct(None) == 0\n"
     result = subprocess.run([sys.executable, str(SCRIPT), "run", "--file", str(file), "--",
