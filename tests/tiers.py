@@ -12,6 +12,10 @@ reboot walk over model hosts): run `make test-all` before changing what they cov
 2026-12-04: the service role's module (gates on a hang and a crash, bounded stops, gateway rotation; about
 290 s of its lane) and the driver role's reboot path (about 40 s). tests/unit/test_test_tiers.py checks
 that each entry still names a test. Issue 21 (CI time) stays open until the rest run in CI again.
+Run the tier through `make test-all`, not `pytest -m extended` alone: test_rolling_rebuild.py's tests
+follow one sequence of rollouts, and its reproduce and killed-controller tests need the CI tier's
+halted rollout (test_a_rollout_killed_while_staging...) to have run before them (2026-12-05: both fail
+without it). Module fixtures that build on each other would lift that order.
 """
 
 from __future__ import annotations
