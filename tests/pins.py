@@ -7,8 +7,11 @@ from pathlib import Path
 
 import yaml
 
-STABLE = Path(__file__).resolve().parent.parent / "profiles" / "stable.yml"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+STABLE = REPO_ROOT / "profiles" / "stable.yml"
 UV_VERSION = str(yaml.safe_load(STABLE.read_text())["uv"]["version"])
-# the stack role's layout: <stack_tools_dir>/uv-<version> (roles/stack/vars/main.yml), default tools dir
-UV_DIR = f"/opt/sglang/tools/uv-{UV_VERSION}"
+# the stack role's layout: <stack_tools_dir>/uv-<version> (roles/stack/vars/main.yml), its default tools dir
+STACK_DEFAULTS = REPO_ROOT / "roles" / "stack" / "defaults" / "main.yml"
+TOOLS_DIR = yaml.safe_load(STACK_DEFAULTS.read_text())["stack_tools_dir"]
+UV_DIR = f"{TOOLS_DIR}/uv-{UV_VERSION}"
 UV_BIN = f"{UV_DIR}/bin/uv"

@@ -23,10 +23,9 @@ import yaml
 from ansible_run import REPO_ROOT, PlayResult
 from cache import pip_download, wheelhouse
 from kernelpkg import BUILD_REQUIREMENTS
-from pins import UV_VERSION
+from pins import STABLE, UV_VERSION
 
 SITE = REPO_ROOT / "playbooks" / "site.yml"
-STABLE = REPO_ROOT / "profiles" / "stable.yml"
 # torch 2.14.1 is the CUDA 13.0 build on x86_64 (PyPI); 2.13.0+cpu is the CPU build this machine carries.
 STACK_WHEELS = ["torch==2.14.1", f"uv=={UV_VERSION}"]
 CPU_TORCH = "torch==2.13.0+cpu"

@@ -17,10 +17,10 @@ from ansible.module_utils.pylock import read_lock, select
 from ansible.module_utils.wheel_fetch import fetch_all
 from ansible_run import REPO_ROOT, run_playbook
 from cache import cache_dir
+from pins import STABLE
 
 pytestmark = pytest.mark.integration
 
-STABLE = REPO_ROOT / "profiles" / "stable.yml"
 UV_WHEEL_MARK = "uv-0.13.8-"
 
 

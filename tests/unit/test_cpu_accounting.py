@@ -125,6 +125,13 @@ def spins(file: Path) -> list:
     return [p for p in acct.parse(file.read_bytes()) if p.command == "cpu-acct-spin"]
 
 
+def accounted(file: Path, code: str) -> subprocess.CompletedProcess:
+    """``cpu_accounting.py run --file FILE -- python -c CODE``, its output captured."""
+    return subprocess.run([sys.executable, str(SCRIPT), "run", "--file", str(file), "--",
+                           sys.executable, "-c", code],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
 def test_a_command_under_accounting_is_recorded_with_its_cpu(tmp_path):
     """Real acct(2): a child that spins shows up with its CPU, and accounting is off afterwards."""
     require(os.geteuid() == 0, "acct(2) needs root (CI runs as root)")
@@ -137,9 +144,7 @@ def test_a_command_under_accounting_is_recorded_with_its_cpu(tmp_path):
         assert recorded[0].cpu >= 0.3
         return
     file = tmp_path / "acct"
-    result = subprocess.run([sys.executable, str(SCRIPT), "run", "--file", str(file), "--",
-                             sys.executable, "-c", SPIN],
-                            capture_output=True, text=True, timeout=120, check=False)
+    result = accounted(file, SPIN)
     assert result.returncode == 0, result.stderr
     recorded = spins(file)
     assert len(recorded) == 1, result.stdout
@@ -159,16 +164,12 @@ def test_records_that_stop_before_the_command_ends_are_called_incomplete(tmp_pat
             "under `cpu_accounting.py run`: switching accounting here would end that run's records")
     file = tmp_path / "acct"
     off = "import ctypes\nassert ctypes.CDLL(None).acct(None) == 0\n"
-    result = subprocess.run([sys.executable, str(SCRIPT), "run", "--file", str(file), "--",
-                             sys.executable, "-c", off],
-                            capture_output=True, text=True, timeout=120, check=False)
+    result = accounted(file, off)
     assert result.returncode == acct.INCOMPLETE, result.stderr
     assert "cpu_accounting: INCOMPLETE: the records stop at " in result.stderr
     assert "CPU seconds by process" in result.stdout
     # and a command that fails keeps its own status
-    failing = subprocess.run([sys.executable, str(SCRIPT), "run", "--file", str(file), "--",
-                              sys.executable, "-c", off + "raise SystemExit(7)\n"],
-                             capture_output=True, text=True, timeout=120, check=False)
+    failing = accounted(file, off + "raise SystemExit(7)\n")
     assert failing.returncode == 7, failing.stderr
     assert "INCOMPLETE" in failing.stderr
 
