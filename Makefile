@@ -16,10 +16,9 @@ PYTEST_ARGS ?=
 # make test leaves out the extended tier (tests/tiers.py EXTENDED_TESTS: fleet tests left out of CI
 # for time); make test-all runs every test (TEST_MARK empty).
 TEST_MARK ?= not extended
-# 2 workers. 3 were faster (2026-12-05, one run each: 2 workers 586 s, 3 workers 534 s and 520 s inside a
-# whole .ci/run), but in one of four runs on 3 workers test_sgl_kernel_role_gb10's rebuild missed sccache
-# (8 hits, 8 misses; never seen on 2): back on 2 until that is understood.
-PYTEST_WORKERS ?= 2
+# 3 workers: the stage is CPU-bound, but its tests also wait (2026-12-05, one run each: 2 workers 586 s,
+# 3 workers 534 s and 520 s inside a whole .ci/run, 4 workers 549 s).
+PYTEST_WORKERS ?= 3
 FLEET_WORKERS ?= 2
 FLEET_TESTS := tests/integration/fleet
 

@@ -6,14 +6,17 @@ compiled with the machine's real nvcc 13.0:
   produced .so files and records arches that cover 12.1, in the one variant the loader picks for 12.1;
 - an old ``sgl-kernel`` distribution in the stack is removed;
 - a rebuild of the same sources from a fresh staging area hits the compiler cache (sccache's own
-  counters, printed by the role).
+  counters, printed by the role), also while another sccache server listens at sccache's default
+  address: the build runs its own server (SCCACHE_SERVER_UDS) and leaves that one alone.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -143,8 +146,21 @@ def test_gb10_auto_builds_narrowed_to_12_1_and_a_rebuild_hits_the_compiler_cache
     for path in ("src", "build", "out"):
         shutil.rmtree(work / path)
     shutil.rmtree(store)
-    again = run_playbook(play, inventory, envvars=env, timeout=1500)
+    # another build's sccache server at the default address (127.0.0.1:4226), with another cache directory:
+    # the role once stopped it and shared it (under xdist this rebuild counted 8 misses beside 8 hits)
+    sccache = str(build_python.parent / "sccache")
+    other = {**os.environ, "SCCACHE_DIR": str(tmp_path / "other-cache"), "SCCACHE_IDLE_TIMEOUT": "0"}
+    other.pop("SCCACHE_SERVER_UDS", None)
+    subprocess.run([sccache, "--start-server"], env=other, check=True, capture_output=True, timeout=60)
+    try:
+        again = run_playbook(play, inventory, envvars=env, timeout=1500)
+    finally:
+        stopped = subprocess.run([sccache, "--stop-server"], env=other, check=False, capture_output=True,
+                                 text=True, timeout=60)
     assert again.rc == 0, again.stdout[-4000:]
+    # still running after the rebuild, and still the other cache's: the role neither stopped nor used it
+    assert stopped.returncode == 0, stopped.stderr
+    assert f'Local disk: "{tmp_path / "other-cache"}"' in stopped.stdout, stopped.stdout
     assert list(again.task_runs(BUILD)) == ["localhost"]
     assert len(nvcc_lines(log_file.read_text().split("\n== ")[-1])) == 4  # all 4 units compiled again
     counts = again.task("localhost", COUNTS)["ansible_facts"]["__sgl_kernel_cache_counts"]
