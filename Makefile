@@ -7,12 +7,12 @@ STAMP := $(VENV)/.requirements-installed
 INVENTORY ?= inventory/local
 PLAYBOOKS := $(wildcard playbooks/*.yml)
 PYTEST_ARGS ?=
-# make test runs pytest twice, side by side (SIDE_BY_SIDE below): the fleet tests (tests/integration/fleet/)
-# on FLEET_WORKERS: with 2, in two lanes side by side (tests/conftest.py: the rollout module and the small
-# harness modules on one worker, everything else in order on the other); with 1, all in order; and the
-# unit and integration tests on PYTEST_WORKERS xdist workers (a module's tests on one worker: module
-# fixtures are built once). Both runs always run; either failing fails make test. PYTEST_ARGS goes to
-# both (options: -x, -k, --lf; a path would run in both).
+# make test runs pytest twice: the unit and integration tests on PYTEST_WORKERS xdist workers (a module's
+# tests on one worker: module fixtures are built once), then the fleet tests (tests/integration/fleet/) on
+# FLEET_WORKERS: with 2, in two lanes side by side (tests/conftest.py: the rollout module and the small
+# harness modules on one worker, everything else in order on the other); with 1, all in order. Both runs
+# always run; either failing fails make test. PYTEST_ARGS goes to both (options: -x, -k, --lf; a path
+# would run in both).
 # make test leaves out the extended tier (tests/tiers.py EXTENDED_TESTS: fleet tests left out of CI
 # for time); make test-all runs every test (TEST_MARK empty).
 TEST_MARK ?= not extended
@@ -70,22 +70,16 @@ bundle: setup
 TIMING_DIR := .cache/ci-timing
 MARK_ARGS = $(if $(TEST_MARK),-m "$(TEST_MARK)")
 TIMED := $(BIN)/python bench/ci_timing.py time --dir $(TIMING_DIR)
-# SIDE_BY_SIDE=1: the fleet run in the background while the unit and integration run goes on (both CPU-bound
-# on 2 cores, but the fleet run's lanes end unevenly and leave a core idle; the other run fills it);
-# SIDE_BY_SIDE=0: the fleet run first, then the other.
-SIDE_BY_SIDE ?= 1
-FLEET_THEN = $(if $(filter 1,$(SIDE_BY_SIDE)),& fleet_pid=$$!;,; fleet=$$?;)
-FLEET_WAIT = $(if $(filter 1,$(SIDE_BY_SIDE)),wait $$fleet_pid; fleet=$$?;)
 test: setup
 	@rm -rf $(TIMING_DIR)
 	@$(TIMED) lint -- $(MAKE) --no-print-directory lint \
 	  && $(TIMED) syntax -- $(MAKE) --no-print-directory syntax \
-	  && { $(TIMED) pytest-fleet -- $(BIN)/python -m pytest --timing-json=$(TIMING_DIR)/pytest-fleet-report.json $(MARK_ARGS) \
-	         $(if $(filter-out 1,$(FLEET_WORKERS)),-n $(FLEET_WORKERS) --dist loadgroup) $(FLEET_TESTS) $(PYTEST_ARGS) \
-	         $(FLEET_THEN) \
-	       $(TIMED) pytest -- $(BIN)/python -m pytest --timing-json=$(TIMING_DIR)/pytest-report.json $(MARK_ARGS) \
+	  && { $(TIMED) pytest -- $(BIN)/python -m pytest --timing-json=$(TIMING_DIR)/pytest-report.json $(MARK_ARGS) \
 	         --ignore=$(FLEET_TESTS) $(if $(filter-out 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile) $(PYTEST_ARGS); \
-	       rest=$$?; $(FLEET_WAIT) test $$rest = 0 && test $$fleet = 0; }; \
+	       rest=$$?; \
+	       $(TIMED) pytest-fleet -- $(BIN)/python -m pytest --timing-json=$(TIMING_DIR)/pytest-fleet-report.json $(MARK_ARGS) \
+	         $(if $(filter-out 1,$(FLEET_WORKERS)),-n $(FLEET_WORKERS) --dist loadgroup) $(FLEET_TESTS) $(PYTEST_ARGS); \
+	       fleet=$$?; test $$rest = 0 && test $$fleet = 0; }; \
 	  status=$$?; echo; $(BIN)/python bench/ci_timing.py summary $(TIMING_DIR); exit $$status
 
 # Every test, the extended tier too (about 110 minutes on 2 cores): before changing what it covers.

@@ -7,13 +7,11 @@
 `make test` times each stage with `time STAGE -- COMMAND` (lint = ruff + ansible-lint, syntax = the
 syntax-check loop, then its pytest runs: `pytest` for the unit and integration tests, `pytest-fleet` for
 the fleet tests) into DIR (default .cache/ci-timing/), and each pytest run NAME writes each test's seconds
-there as NAME-report.json (`--timing-json`, tests/conftest.py). `summary` adds the runs up (their wall
-time is the union of their clock intervals: `make test` runs the two side by side) and splits their
-test time by stage: fleet = tests/integration/fleet/ and tests/molecule/, integration = the rest of
+there as NAME-report.json (`--timing-json`, tests/conftest.py). `summary` adds the runs up and splits
+their time by stage: fleet = tests/integration/fleet/ and tests/molecule/, integration = the rest of
 tests/integration/, unit = tests/unit/; what no test accounts for (start-up, collection, session-fixture
 teardown) is its own row. `time` ends with a line naming the stage, its exit status and seconds; `parse`
-adds up the pytest counts of each pytest run it names (and their seconds, as if one ran after the other:
-a log line has no start time).
+adds up the pytest counts of each pytest run it names.
 
 `compare` clones each revision into a fresh directory (`git clone`, so only committed work counts),
 runs its `.ci/run`, and prints the runs side by side: wall time, the pytest counts from its closing
@@ -67,7 +65,7 @@ def stage_of(nodeid: str) -> str:
 
 def time_command(directory: Path, stage: str, command: Sequence[str]) -> int:
     """Run ``command``, record its wall time and exit status as DIR/STAGE.json, return its status."""
-    started, started_at = time.monotonic(), time.time()
+    started = time.monotonic()
     try:
         status = subprocess.run(list(command), check=False).returncode
     except OSError as error:
@@ -77,10 +75,8 @@ def time_command(directory: Path, stage: str, command: Sequence[str]) -> int:
         status = 128 - status
     seconds = round(time.monotonic() - started, 3)
     directory.mkdir(parents=True, exist_ok=True)
-    # the clock times too: make test runs its two pytest runs side by side, and their wall is their union
     (directory / f"{stage}.json").write_text(json.dumps(
-        {"stage": stage, "seconds": seconds, "status": status, "started_at": round(started_at, 3),
-         "ended_at": round(started_at + seconds, 3)}) + "\n")
+        {"stage": stage, "seconds": seconds, "status": status}) + "\n")
     print(f"ci_timing: {stage} ended: exit {status} after {seconds:.1f} s", flush=True)
     return status
 
@@ -101,19 +97,6 @@ def _read_json(path: Path) -> Optional[dict]:
         return None
 
 
-def union_seconds(intervals: Sequence[Sequence[float]]) -> float:
-    """Seconds covered by the (start, end) intervals together: runs side by side count once."""
-    covered, reached = 0.0, None
-    for start, end in sorted(intervals):
-        if reached is None or start > reached:
-            covered += end - start
-            reached = end
-        elif end > reached:
-            covered += end - reached
-            reached = end
-    return covered
-
-
 def stage_totals(directory: Path) -> Dict[str, dict]:
     """Seconds, test count and failures per stage; a stage that did not run is absent."""
     totals: Dict[str, dict] = {}
@@ -123,14 +106,11 @@ def stage_totals(directory: Path) -> Dict[str, dict]:
             totals[stage] = {"seconds": record["seconds"], "status": record["status"]}
     wall_total = accounted = collect = session_teardown = 0.0
     status, reported = 0, False
-    intervals = []
     for name in pytest_runs(directory):
         report = _read_json(directory / f"{name}-report.json")
         run = _read_json(directory / f"{name}.json")
         wall = run["seconds"] if run is not None else (report or {}).get("wall_seconds", 0.0)
         wall_total += wall
-        if run is not None and "started_at" in run:
-            intervals.append((run["started_at"], run["ended_at"]))
         status = status or (run["status"] if run is not None else (report or {}).get("exitstatus", 0))
         if report is None:  # pytest ran but wrote no report (killed, or failed before its session)
             continue
@@ -150,8 +130,6 @@ def stage_totals(directory: Path) -> Dict[str, dict]:
         accounted += min(run_accounted, wall)
         collect += report["collect_seconds"]
         session_teardown += report["session_teardown_seconds"]
-    if intervals and len(intervals) == len(pytest_runs(directory)):  # else an older record: one after another
-        wall_total = union_seconds(intervals)
     if pytest_runs(directory):
         totals["pytest"] = {"seconds": wall_total, "status": status}
     if reported:

@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -185,49 +184,6 @@ def test_time_records_the_wall_time_and_returns_the_commands_status(tmp_path, co
 def test_time_measures_the_commands_own_duration(tmp_path):
     ci_timing.time_command(tmp_path, "syntax", python("import time; time.sleep(0.3)"))
     assert json.loads((tmp_path / "syntax.json").read_text())["seconds"] >= 0.3
-
-
-def test_time_records_when_the_command_started_and_ended(tmp_path):
-    before = time.time()
-    ci_timing.time_command(tmp_path, "pytest", python("import time; time.sleep(0.2)"))
-    record = json.loads((tmp_path / "pytest.json").read_text())
-    assert before - 0.01 <= record["started_at"] <= record["ended_at"] - 0.2
-    assert record["ended_at"] == pytest.approx(record["started_at"] + record["seconds"], abs=0.002)
-    assert record["ended_at"] <= time.time() + 0.01
-
-
-@pytest.mark.parametrize(("intervals", "seconds"), [
-    ([], 0.0),
-    ([(10.0, 40.0)], 30.0),
-    ([(10.0, 40.0), (40.0, 50.0)], 40.0),        # one after the other
-    ([(10.0, 40.0), (45.0, 50.0)], 35.0),        # a gap is not counted
-    ([(10.0, 600.0), (12.0, 300.0)], 590.0),     # side by side: the longer covers the shorter
-    ([(12.0, 300.0), (10.0, 200.0)], 290.0),     # overlapping, in any order
-    ([(0.0, 5.0), (1.0, 2.0), (4.0, 9.0), (20.0, 21.0)], 10.0),
-])
-def test_union_seconds(intervals, seconds):
-    assert ci_timing.union_seconds(intervals) == pytest.approx(seconds)
-
-
-def test_side_by_side_pytest_runs_count_their_wall_once(tmp_path):
-    tests = full_report()["tests"]
-    rest = full_report(wall_seconds=50.0, exitstatus=0,
-                       tests=[t for t in tests if "fleet" not in t["nodeid"]])
-    fleet = full_report(wall_seconds=600.0, exitstatus=0, tests=[t for t in tests if "fleet" in t["nodeid"]])
-    write_timing(tmp_path, lint=(40.0, 0), syntax=(10.0, 0), report=rest)
-    (tmp_path / "pytest.json").write_text(json.dumps({"stage": "pytest", "seconds": 52.0, "status": 0,
-                                                      "started_at": 1000.0, "ended_at": 1052.0}))
-    (tmp_path / "pytest-fleet.json").write_text(json.dumps({"stage": "pytest-fleet", "seconds": 605.0,
-                                                            "status": 0, "started_at": 1001.0,
-                                                            "ended_at": 1606.0}))
-    (tmp_path / "pytest-fleet-report.json").write_text(json.dumps(fleet))
-    totals = ci_timing.stage_totals(tmp_path)
-    assert totals["pytest"] == {"seconds": 606.0, "status": 0}
-    assert totals["pytest other"]["seconds"] == 0.0  # the tests account for more than the union
-    assert "  total           656.0 s" in ci_timing.render_summary(tmp_path).splitlines()
-    # one record without clock times (an older make test): the runs count one after the other
-    (tmp_path / "pytest.json").write_text(json.dumps({"stage": "pytest", "seconds": 52.0, "status": 0}))
-    assert ci_timing.stage_totals(tmp_path)["pytest"] == {"seconds": 657.0, "status": 0}
 
 
 def test_time_without_a_command_is_refused(tmp_path, capsys):
