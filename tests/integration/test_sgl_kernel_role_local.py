@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from ansible.module_utils.sgl_kernel_runner import setup_cgroup_v1
@@ -68,7 +69,8 @@ def test_git_source_old_layout_under_a_v1_cgroup(tmp_path, served_mirror):
                  "sgl_kernel_source_git_url": f"file://{tmp_path}/repo.git",
                  "sgl_kernel_source_ref": "v1", "sgl_kernel_source_mirror_url": served_mirror,
                  "sgl_kernel_work_dir": str(tmp_path / "work"), "sgl_kernel_log_dir": str(tmp_path / "log"),
-                 "sgl_kernel_artifact_dir": str(tmp_path / "store"), "sgl_kernel_progress_interval": 10}}]}]
+                 "sgl_kernel_artifact_dir": str(tmp_path / "store"), "sgl_kernel_progress_interval": 10,
+                 "sgl_kernel_cache_dir": str(tmp_path / "compiler-cache")}}]}]
     inventory = tmp_path / "inventory.json"
     inventory.write_text(json.dumps({"all": {"hosts": {"localhost": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
@@ -94,6 +96,10 @@ def test_git_source_old_layout_under_a_v1_cgroup(tmp_path, served_mirror):
     assert plan["source_dir"].endswith("/sgl-kernel")
     built = result.task("localhost", "Collect the build result")
     assert built["status"]["mechanism"] == "cgroup-v1"
+    # the build job's result file is removed (ansible-core leaves a poll-0 job's in ~/.ansible_async)
+    erased = result.task("localhost", "Remove the build job's result file")["erased"]
+    assert Path(erased).name == built["ansible_job_id"]
+    assert not Path(erased).exists()
     assert built["status"]["limit_detail"][-1].startswith("cgroup-v1: v1 memory.limit_in_bytes reads back")
     scan = result.task("localhost", SCAN_BUILT)
     assert scan["variants"]["sm100"]["sass"] == ["sm_100f"]
