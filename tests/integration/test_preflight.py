@@ -13,6 +13,7 @@ import pytest
 from ansible_run import REPO_ROOT, run_module, run_playbook
 from cache import uv_cache, wheelhouse
 from lockwheels import fill_from_lock
+from pins import UV_VERSION
 
 pytestmark = pytest.mark.integration
 
@@ -187,7 +188,15 @@ def test_site_provisions_a_second_stack_root_and_cache_beside_the_first(tmp_path
     is sure to have)."""
     extravars = {"stack_root": str(tmp_path / "stacks"), "stack_wheel_cache_dir": str(tmp_path / "wheels"),
                  "stack_wheel_store": str(wheelhouse()), "stack_uv_cache_dir": str(uv_cache()),
-                 "stack_min_free_gb": 4, "stack_find_links": [str(fill_from_lock())]}
+                 "stack_min_free_gb": 4, "stack_find_links": [str(fill_from_lock())],
+                 # and nothing else of site.yml's outside tmp_path either (only the service user is made)
+                 "stack_tools_dir": str(tmp_path / "tools"),
+                 "sgl_kernel_work_dir": str(tmp_path / "sgl-kernel"),
+                 "sgl_kernel_cache_dir": str(tmp_path / "sgl-kernel" / "compiler-cache"),
+                 "sgl_kernel_log_dir": str(tmp_path / "log"),
+                 "sgl_kernel_artifact_dir": str(tmp_path / "artifacts"),
+                 "sglang_service_state_dir": str(tmp_path / "state"),
+                 "sglang_service_config_dir": str(tmp_path / "config")}
     first = run_playbook(SITE, extravars=extravars)
     assert first.rc == 0, first.stdout[-6000:]
     summary = first.task("localhost", "Show the host summary")["msg"]
@@ -199,6 +208,9 @@ def test_site_provisions_a_second_stack_root_and_cache_beside_the_first(tmp_path
     assert "current" in stacks
     assert len(stacks) == 2, stacks
     assert len(list((tmp_path / "wheels").glob("*.whl"))) > 100
+    assert (tmp_path / "tools" / f"uv-{UV_VERSION}" / "bin" / "uv").is_file()  # not the machine's tools
+    assert (tmp_path / "sgl-kernel" / "install").is_dir()
+    assert (tmp_path / "state").is_dir()
     second = run_playbook(SITE, extravars=extravars)
     assert second.rc == 0, second.stdout[-4000:]
     assert second.stats["failures"] == {}
