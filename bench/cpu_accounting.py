@@ -23,7 +23,12 @@ What the records can and cannot say (acct_v3, linux/acct.h):
   a process still running when accounting stops is missing;
 - CPU in 1/100 s, truncated per process: many very short processes (sh, sleep) add up to less than
   they cost;
-- kernel threads' work for the processes (overlayfs copy-up, networking) is not in any record.
+- kernel threads' work for the processes (overlayfs copy-up, networking) is not in any record;
+- CPU is sampled per scheduler tick (CONFIG_TICK_CPU_ACCOUNTING, as on the CI machine's kernel), and when
+  the cores are contended the samples favour processes that stay in user space over ones that enter the
+  kernel often: beside pure user-space spinners on 2 cores, a process reading its CPU clock by syscall in a
+  loop was recorded with 21-22 % of its CPU and the spinners with 110-115 %; with every process alike,
+  100-106 % (2026-12-05). Totals hold; shares between kinds of processes are approximate.
 A process is a fleet host's when a systemd-nspawn is among its ancestors; an ansible-playbook whose
 parent is another ansible-playbook is a fork (one per task and host); an ssh client with an
 ansible-playbook ancestor is ansible's connection.

@@ -125,8 +125,9 @@ def assert_spun(process) -> None:
     """The spin's record holds some CPU time, and no more than its own elapsed time (one thread), so
     acct(2) is on for the child and its CPU is read in seconds, not ticks (the packed records above check
     the decoding exactly). No lower share of the 0.6 CPU-s spun: acct(2) keeps CPU sampled per scheduler
-    tick, and with the cores busy it records far less than the process's own clock (CI recorded 0.23 s
-    of a 0.4 s spin; here, beside four spinning processes on two cores, 0.11 s of 0.6 s)."""
+    tick, and with the cores busy the samples miss a process that enters the kernel often, as this one
+    does to read its CPU clock (CI recorded 0.23 s of a 0.4 s spin; here, beside four user-space spinners
+    on two cores, 0.11 s of 0.6 s)."""
     assert 0 < process.cpu <= process.elapsed + 0.05, process
 
 
