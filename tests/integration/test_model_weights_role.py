@@ -75,6 +75,13 @@ def failure(result, name=ENDED):
     return res["msg"]
 
 
+def assert_job_file_erased(result):
+    """The staging job's result file is removed (ansible-core leaves a poll-0 job's in ~/.ansible_async)."""
+    erased = result.task("localhost", "Remove the staging job's result file, main (model)")["erased"]
+    assert Path(erased).name == result.task("localhost", "Stage main (model)")["ansible_job_id"]
+    assert not Path(erased).exists()
+
+
 def test_first_download_then_a_run_that_changes_and_asks_nothing(tmp_path, hub, venv):
     root = tmp_path / "models"
     hub.throttle = 1 << 20  # 4 MiB in about 4 s: progress lines at 1 s steps
@@ -100,11 +107,7 @@ def test_first_download_then_a_run_that_changes_and_asks_nothing(tmp_path, hub, 
                             r"model-0000[12]-of-00002\.safetensors", line) for line in lines), lines
     assert lines[-1] == f"main (model): {directory}: downloaded (4 files, {done['total_bytes']} bytes)"
     assert TOKEN not in first.stdout
-    # the background job's result file is removed (ansible-core leaves a poll-0 job's in ~/.ansible_async)
-    job = first.task("localhost", "Stage main (model)")["ansible_job_id"]
-    erased = first.task("localhost", "Remove the staging job's result file, main (model)")["erased"]
-    assert Path(erased).name == job
-    assert not Path(erased).exists()
+    assert_job_file_erased(first)
 
     asked = len(hub.requests)
     second = run_playbook(play(venv, root, [model(hub)]), timeout=600)
@@ -214,10 +217,7 @@ def test_an_unreachable_source_is_named(tmp_path, venv):
     message = failure(result)
     assert message.startswith("main.weights: weights source http://127.0.0.1:9 does not answer (ConnectError")
     assert message.endswith("or name a reachable mirror (weights.endpoint / model_weights_hub_endpoint)")
-    # a failed staging's job result file is removed too
-    erased = result.task("localhost", "Remove the staging job's result file, main (model)")["erased"]
-    assert Path(erased).name == result.task("localhost", "Stage main (model)")["ansible_job_id"]
-    assert not Path(erased).exists()
+    assert_job_file_erased(result)  # a failed staging's too
 
 
 def test_bad_input_is_refused_before_anything_changes(tmp_path, venv):

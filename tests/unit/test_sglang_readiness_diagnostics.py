@@ -175,15 +175,20 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def recorder():
-    _Recorder.seen, _Recorder.delay, _Recorder.release = [], 0.0, threading.Event()
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+def _serve(handler):
+    """Serve ``handler`` (its requests and delay reset) on a free local port; yield the URL."""
+    handler.seen, handler.delay, handler.release = [], 0.0, threading.Event()
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_port}/health_generate"
-    _Recorder.release.set()
+    handler.release.set()
     httpd.shutdown()
     httpd.server_close()
+
+
+@pytest.fixture
+def recorder():
+    yield from _serve(_Recorder)
 
 
 def test_probe_and_wait_send_the_headers(recorder):
@@ -264,13 +269,7 @@ class _NeverReady(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def never_ready():
-    _NeverReady.delay, _NeverReady.release, _NeverReady.seen = 0.0, threading.Event(), []
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NeverReady)
-    threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_port}/health_generate"
-    _NeverReady.release.set()
-    httpd.shutdown()
-    httpd.server_close()
+    yield from _serve(_NeverReady)
 
 
 def test_no_time_left_means_one_probe(never_ready):
