@@ -7,14 +7,17 @@
 - Prerequisites: use ``from prereq import require`` (skip locally, fail under CI).
 - ``pytest -n N --dist loadgroup``: the fleet tests (tests/integration/fleet/, tests/molecule/) run in
   two lanes, each on one worker in collection order: the rollout's module (its own 4 hosts; the longest
-  module by far) with the small harness modules beside it (ROLLOUT_LANE_MODULES), and everything else
-  (the session fleet's users, in order: test_stack_jobs.py after test_stack.py; molecule, the driver,
-  verify/doctor). A rollout-lane test that asks for the session fleet is refused at collection. The
-  lanes overlap: the fleet tests spend much of their time waiting (gates, drains, reboots, stand-in
-  latencies), and one lane fills the other's idle CPU. The other tests spread over the workers. By
-  path, not by xdist_group marks: with pytest 9, xdist 3.8's loadgroup never sees its marks (it
-  rewrites ``item._nodeid``, which pytest 9 no longer reads), and would spread the fleet tests like
-  ``--dist load``.
+  module by far; ROLLOUT_LANE_MODULES) and the session fleet's users (in order: test_stack_jobs.py after
+  test_stack.py; molecule, the service roles). The modules with fleets of their own (OWN_FLEET_MODULES:
+  the harness's reboot and teardown, verify/doctor, the driver, the locked install) each go whole to
+  whichever lane's worker frees up first, the slowest first. A test outside the session lane that asks
+  for the session fleet is refused at collection. The lanes overlap: the fleet tests spend much of
+  their time waiting (gates, drains, reboots, stand-in latencies), and one lane fills the other's idle
+  CPU. The other tests spread over the workers. By path, not by xdist_group marks: with pytest 9,
+  xdist 3.8's loadgroup never sees its marks (it rewrites ``item._nodeid``, which pytest 9 no longer
+  reads), and would spread the fleet tests like ``--dist load``.
+- ``pytest -n N --dist loadfile`` (make test's unit and integration run): the slowest modules are handed
+  out first (tests/workorder.py), so the stage does not end on one worker.
 - ``--timing-json PATH`` (``make test`` passes it): each test's setup, call and teardown seconds and
   outcome, the collection and session wall time, as JSON; ``bench/ci_timing.py summary`` sums them per
   stage and prints the slowest tests. It also samples the free disk of the filesystem that holds the
@@ -43,6 +46,7 @@ import pytest
 from cache import cache_root
 from fleet.system import mounts_under
 from tiers import extended
+from workorder import OWN_FLEET_MODULES, SlowestFirst, SlowestFirstFileScheduling, fleet_lane, fleet_module
 from xdist.scheduler import LoadGroupScheduling
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -96,30 +100,13 @@ def repo_root() -> Path:
     return REPO_ROOT
 
 
-FLEET_TESTS = ("tests/integration/fleet/", "tests/molecule/")
-# The lane beside the session fleet's: the rollout module (4 hosts of its own, about 45 % of the fleet
-# tests' time) and modules with light fleets of their own (the doctor's 8 hosts hold three small wheels
-# each; with it here the lanes took 1,886 s and 1,880 s of run8's tests, without it 1,660 s and 2,106 s).
-# Neither lane holds two stack-heavy fleets at once: the session lane's big ones (molecule, the session
-# stacks) run one after the other.
-# The driver role's module (a light fleet of its own) went there when the service role's module came back
-# into CI on the session lane (2026-12-04: session 1,315 s, rollout 1,074 s of run18's tests; the driver
-# module is 114 s of them).
-ROLLOUT_LANE_MODULES = frozenset({"test_rolling_rebuild.py", "test_fleet_reboot.py",
-                                  "test_fleet_teardown.py", "test_fleet_verify_doctor.py",
-                                  "test_nvidia_driver_role.py"})
+class FleetGroupScheduling(SlowestFirst, LoadGroupScheduling):
+    """The fleet run's scheduler: a lane, or a whole module of OWN_FLEET_MODULES, is one work unit (plain
+    loadgroup would make each test one); the slowest unit still queued goes first."""
 
-
-def fleet_lane(nodeid: str) -> str | None:
-    """The lane of a fleet test (fleet-rollout or fleet-session), None for any other test."""
-    if not nodeid.startswith(FLEET_TESTS):
-        return None
-    module = nodeid.split("::", maxsplit=1)[0].rsplit("/", maxsplit=1)[-1]
-    return "fleet-rollout" if module in ROLLOUT_LANE_MODULES else "fleet-session"
-
-
-class FleetGroupScheduling(LoadGroupScheduling):
     def _split_scope(self, nodeid: str) -> str:
+        if fleet_module(nodeid) in OWN_FLEET_MODULES:
+            return nodeid.split("::", maxsplit=1)[0]
         return fleet_lane(nodeid) or super()._split_scope(nodeid)
 
 
@@ -128,17 +115,20 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if extended(item.nodeid):
             item.add_marker(pytest.mark.extended)
-    mixed = [item.nodeid for item in items if fleet_lane(item.nodeid) == "fleet-rollout"
+    mixed = [item.nodeid for item in items if fleet_lane(item.nodeid) != "fleet-session"
+             and fleet_module(item.nodeid) is not None
              and "fleet" in getattr(item, "fixturenames", ())]  # fixturenames holds fleet_stack's too
     if mixed:
         raise pytest.UsageError(f"{', '.join(mixed)}: uses the session fleet, but its module is in "
-                                "ROLLOUT_LANE_MODULES (tests/conftest.py), whose lane runs beside the "
-                                "session fleet's: take the module out of that list")
+                                "ROLLOUT_LANE_MODULES or OWN_FLEET_MODULES (tests/workorder.py), which run "
+                                "beside the session fleet's lane: take the module out of those lists")
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own, however this file was loaded
 def pytest_xdist_make_scheduler(config, log):
-    return FleetGroupScheduling(config, log) if config.getvalue("dist") == "loadgroup" else None
+    schedulers = {"loadgroup": FleetGroupScheduling, "loadfile": SlowestFirstFileScheduling}
+    scheduler = schedulers.get(config.getvalue("dist"))
+    return scheduler(config, log) if scheduler else None
 
 
 def pytest_addoption(parser):

@@ -517,7 +517,7 @@ def test_the_plugin_writes_each_tests_phases_and_keeps_the_session_teardown_apar
     assert data["collect_seconds"] > 0
 
 
-def test_under_loadgroup_the_fleet_tests_run_in_two_lanes_each_on_one_worker_in_order(tmp_path):
+def test_under_loadgroup_the_fleet_tests_run_in_two_lanes_and_own_fleet_modules_whole_after_them(tmp_path):
     fleet_test = """
         import os
 
@@ -525,9 +525,11 @@ def test_under_loadgroup_the_fleet_tests_run_in_two_lanes_each_on_one_worker_in_
             with open(os.environ["ORDER_FILE"], "a") as order:
                 order.write(os.environ["PYTEST_XDIST_WORKER"] + " {module}::test_{n}\\n")
     """
-    # a and m (molecule's own fleet) in the session lane, the rollout and teardown modules in the other
+    # a and m (molecule's own fleet) in the session lane, the rollout module in the other; the teardown
+    # and locked install modules (fleets of their own) each whole on one worker, after a lane
     layout = {"tests/integration/fleet/test_a.py": "a", "tests/integration/fleet/test_fleet_molecule.py": "m",
               "tests/integration/fleet/test_fleet_teardown.py": "t",
+              "tests/integration/fleet/test_stack_locked_install.py": "l",
               "tests/integration/fleet/test_rolling_rebuild.py": "r"}
     for name, module in layout.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -545,20 +547,26 @@ def test_under_loadgroup_the_fleet_tests_run_in_two_lanes_each_on_one_worker_in_
                           "-p", "no:hypothesispytest", "-rP", "-n", "2", "--dist", "loadgroup"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "32 passed" in run.stdout
+    assert "35 passed" in run.stdout
     lines = [line.split() for line in order.read_text().splitlines()]
-    lanes = {lane: [(worker, test) for worker, test in lines if test.split("::")[0] in modules]
-             for lane, modules in (("session", "am"), ("rollout", "tr"))}
-    for lane, modules in (("session", "am"), ("rollout", "tr")):
-        assert len({worker for worker, _ in lanes[lane]}) == 1, lines
-        assert [test for _, test in lanes[lane]] == [f"{m}::test_{m}{n}" for m in modules for n in range(3)]
-    # the lanes run side by side, one on each worker
-    assert lanes["session"][0][0] != lanes["rollout"][0][0], lines
+    units = {unit: [(worker, test) for worker, test in lines if test.split("::")[0] in modules]
+             for unit, modules in (("session", "am"), ("rollout", "r"), ("teardown", "t"), ("locked", "l"))}
+    for unit, modules in (("session", "am"), ("rollout", "r"), ("teardown", "t"), ("locked", "l")):
+        assert len({worker for worker, _ in units[unit]}) == 1, lines
+        assert [test for _, test in units[unit]] == [f"{m}::test_{m}{n}" for m in modules for n in range(3)]
+    # the lanes run side by side, one on each worker, and the own-fleet modules after them
+    assert units["session"][0][0] != units["rollout"][0][0], lines
+    for unit in ("teardown", "locked"):
+        worker = units[unit][0][0]
+        ran = [test for each, test in lines if each == worker]
+        lane = units["session"] if units["session"][0][0] == worker else units["rollout"]
+        assert ran.index(units[unit][0][1]) > ran.index(lane[-1][1]), lines
 
 
-def test_a_module_of_the_rollout_lane_that_asks_for_the_session_fleet_is_refused(tmp_path):
+@pytest.mark.parametrize("module", ["test_rolling_rebuild.py", "test_stack_locked_install.py"])
+def test_a_module_outside_the_session_lane_that_asks_for_the_session_fleet_is_refused(tmp_path, module):
     (tmp_path / "tests/integration/fleet").mkdir(parents=True)
-    (tmp_path / "tests/integration/fleet/test_rolling_rebuild.py").write_text(
+    (tmp_path / "tests/integration/fleet" / module).write_text(
         "import pytest\n\n\n@pytest.fixture\ndef fleet():\n    return 1\n\n\n"
         "def test_uses(fleet):\n    assert fleet\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
@@ -567,8 +575,8 @@ def test_a_module_of_the_rollout_lane_that_asks_for_the_session_fleet_is_refused
                           "-p", "no:hypothesispytest"], cwd=tmp_path, env=env, capture_output=True,
                          text=True, timeout=120, check=False)
     assert run.returncode == 4, run.stdout + run.stderr
-    assert ("tests/integration/fleet/test_rolling_rebuild.py::test_uses: uses the session fleet, but its "
-            "module is in ROLLOUT_LANE_MODULES") in run.stderr
+    assert (f"tests/integration/fleet/{module}::test_uses: uses the session fleet, but its "
+            "module is in ROLLOUT_LANE_MODULES or OWN_FLEET_MODULES") in run.stderr
 
 
 # --- compare: clean clones of two revisions, cold and warm ----------------------------------------------

@@ -6,19 +6,26 @@ flashinfer and every dependency the lock holds. The host is made hostile first: 
 uv.toml naming an index that does not exist and constraints that would refuse the stack, and the same
 as PIP_* / UV_* variables in its login environment; the controller's environment gets them too. The
 stack must come out exactly the lock's set all the same, and a second run changes nothing.
+
+The host is this module's own (a fleet of one, torn down at its end): the module runs beside the
+session fleet's lane, on whichever worker frees up first (tests/conftest.py OWN_FLEET_MODULES).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
-from ansible_run import REPO_ROOT
+from ansible_run import REPO_ROOT, run_playbook
+from fleet import Fleet
+from fleet_present import present
 from lockwheels import fill_from_lock, stack_versions
 from pins import UV_BIN
-from stackrun import SEEDED_UV_CACHE, SITE, fill_wheelhouse
+from stackrun import SITE, fill_wheelhouse
 
 pytestmark = pytest.mark.integration
 
@@ -37,17 +44,25 @@ HOSTILE = {
 
 
 @pytest.fixture(scope="module")
-def locked(fleet, fleet_play, tmp_path_factory):
+def own_fleet(fleet_base):
+    """One host of this module's own, torn down at its end (checked on the machine)."""
+    fleet = Fleet(f"l{os.getpid() % 10**8}")
+    recorded = None
+    try:
+        fleet.up(1, owner_pid=os.getpid())
+        recorded = copy.deepcopy(fleet.state.data)
+        yield fleet
+    finally:
+        fleet.down()
+    assert present(recorded) == [], "the locked install's fleet left these behind"
+
+
+@pytest.fixture(scope="module")
+def locked(own_fleet, tmp_path_factory):
+    fleet = own_fleet
     fill_wheelhouse()  # the kernel role's build tools
     house = fill_from_lock()  # the lock's files into the served wheelhouse (once per cache)
-    host = fleet.hosts[-1]["name"]
-    # This module runs last on the session fleet: the stacks the earlier modules left on its hosts (and
-    # the uv caches and wheel stores they filled) go, so the real locked stack has the disk (a CI machine
-    # ran out of it here). The seeded uv cache too: reproduce unpacked a second torch into host 3's
-    # (~7 GB of its own, not shared). The hosts' uv tool stays.
-    for each in fleet.hosts:
-        fleet.ssh(each["name"], "rm -rf /opt/sglang/stacks /opt/sglang-service-test /opt/sglang-kernel-test "
-                                f"/var/cache/sglang {SEEDED_UV_CACHE}", check=False)
+    host = fleet.hosts[0]["name"]
     for path, content in HOSTILE.items():
         fleet.ssh(host, f"mkdir -p {Path(path).parent} && cat > {path} <<'EOF'\n{content}EOF")
     hostile_controller = tmp_path_factory.mktemp("hostile") / "pip.conf"
@@ -68,7 +83,9 @@ def locked(fleet, fleet_play, tmp_path_factory):
     }
 
     def run():
-        return fleet_play(SITE, extravars=extravars, limit=host, envvars=envvars)
+        # ansible.cfg caches facts on disk, keyed by host name, and fleet host names recur
+        return run_playbook(SITE, fleet.inventory, extravars=extravars, limit=host,
+                            envvars={"ANSIBLE_CACHE_PLUGIN": "memory", **envvars})
 
     first = run()
     second = run() if first.rc == 0 else None
@@ -80,9 +97,9 @@ def test_the_locked_stack_installs_under_hostile_pip_and_uv_configuration(locked
     assert first.rc == 0, first.stdout[-6000:]
 
 
-def test_the_installed_set_is_exactly_the_lock(locked, fleet):
+def test_the_installed_set_is_exactly_the_lock(locked, own_fleet):
     host = locked["host"]
-    listed = fleet.ssh(
+    listed = own_fleet.ssh(
         host, f"{UV_BIN} pip list --format=json --python {ROOT}/current/bin/python"
     )
     installed = {
@@ -92,8 +109,8 @@ def test_the_installed_set_is_exactly_the_lock(locked, fleet):
     assert installed == stack_versions()
 
 
-def test_the_stack_imports_sglang_server_args(locked, fleet):
-    out = fleet.ssh(
+def test_the_stack_imports_sglang_server_args(locked, own_fleet):
+    out = own_fleet.ssh(
         locked["host"],
         f"{ROOT}/current/bin/python -c 'import sglang, sglang.srt.server_args, torch; "
         "print(sglang.__version__, torch.__version__)'",
@@ -102,11 +119,11 @@ def test_the_stack_imports_sglang_server_args(locked, fleet):
     assert out.stdout.split() == ["0.5.23", "2.14.1+cu130"]
 
 
-def test_the_stack_records_its_lock(locked, fleet):
+def test_the_stack_records_its_lock(locked, own_fleet):
     host = locked["host"]
-    manifest = json.loads(fleet.ssh(host, f"cat {ROOT}/current/stack.json").stdout)
+    manifest = json.loads(own_fleet.ssh(host, f"cat {ROOT}/current/stack.json").stdout)
     assert len(manifest["fingerprint_inputs"]["lock_sha256"]) == 64
-    copied = fleet.ssh(host, f"sha256sum {ROOT}/current/pylock.toml").stdout.split()[0]
+    copied = own_fleet.ssh(host, f"sha256sum {ROOT}/current/pylock.toml").stdout.split()[0]
     assert (
         copied
         == hashlib.sha256(LOCK.read_bytes()).hexdigest()
