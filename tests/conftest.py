@@ -8,8 +8,9 @@
 - ``pytest -n N --dist loadgroup``: the fleet tests (tests/integration/fleet/, tests/molecule/) run in
   two lanes, each on one worker in collection order: the rollout's module (its own 4 hosts; the longest
   module by far; ROLLOUT_LANE_MODULES) and the session fleet's users (in order: test_stack_jobs.py after
-  test_stack.py; molecule, the service roles). The modules with fleets of their own (OWN_FLEET_MODULES:
-  the harness's reboot and teardown, verify/doctor, the driver, the locked install) each go whole to
+  test_stack.py; molecule, the service roles; last the locked install, on a host of its own after the
+  session fleet is down). The modules with fleets of their own (OWN_FLEET_MODULES: the toolkit, the
+  harness's reboot and teardown, verify/doctor, the driver) each go whole to
   whichever lane's worker frees up first, the slowest first. A test outside the session lane that asks
   for the session fleet is refused at collection. The lanes overlap: the fleet tests spend much of
   their time waiting (gates, drains, reboots, stand-in latencies), and one lane fills the other's idle

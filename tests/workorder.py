@@ -28,13 +28,14 @@ FLEET_TESTS = ("tests/integration/fleet/", "tests/molecule/")
 # at once: the session lane's big ones (molecule, the session stacks) run one after the other.
 ROLLOUT_LANE_MODULES = frozenset({"test_rolling_rebuild.py"})
 # Modules with fleets of their own float: each goes whole to whichever lane's worker frees up first, the
-# slowest first (SLOW_SCOPES below), so the two workers end together. Until 2026-12-05 they
-# were fixed in the rollout lane and the session lane ended alone: 1,235 s against 1,119 s of one run's
-# tests, its last 116 s on one core. The locked install got a host of its own to float (it ran last on
-# the session fleet, 158 s of that lane).
-OWN_FLEET_MODULES = frozenset({"test_fleet_reboot.py", "test_fleet_teardown.py",
-                               "test_fleet_verify_doctor.py", "test_nvidia_driver_role.py",
-                               "test_stack_locked_install.py"})
+# slowest first (SLOW_SCOPES below), so the two workers end together. Until 2026-12-05 they were fixed
+# in the rollout lane and the session lane ended alone: 1,235 s against 1,119 s of one run's tests, its
+# last 116 s on one core. The toolkit module got 3 hosts of its own to float (it was the session lane's
+# first, 107 s). The locked install, on a host of its own too, stays last in the session lane: there
+# it runs after the session fleet is down. Floating, it ran beside the session stacks, and the least
+# free disk of a clean-clone run fell from 22.6-23.7 GiB to 18.9 (CI's machine has had 10.5 least).
+OWN_FLEET_MODULES = frozenset({"test_cuda_toolchain.py", "test_fleet_reboot.py", "test_fleet_teardown.py",
+                               "test_fleet_verify_doctor.py", "test_nvidia_driver_role.py"})
 
 
 def fleet_module(nodeid: str) -> str | None:
@@ -71,9 +72,9 @@ SLOW_SCOPES: dict[str, float] = {
     "tests/integration/test_bounded_waits.py": 35,
     "tests/integration/test_gpu_facts.py": 32,
     # the fleet run: the two lanes first (one to each worker), then the modules with fleets of their own
-    "fleet-session": 1077,
+    "fleet-session": 1128,
     "fleet-rollout": 934,
-    "tests/integration/fleet/test_stack_locked_install.py": 165,
+    "tests/integration/fleet/test_cuda_toolchain.py": 107,
     "tests/integration/fleet/test_nvidia_driver_role.py": 87,
     "tests/integration/fleet/test_fleet_verify_doctor.py": 76,
     "tests/integration/fleet/test_fleet_teardown.py": 15,

@@ -526,10 +526,10 @@ def test_under_loadgroup_the_fleet_tests_run_in_two_lanes_and_own_fleet_modules_
                 order.write(os.environ["PYTEST_XDIST_WORKER"] + " {module}::test_{n}\\n")
     """
     # a and m (molecule's own fleet) in the session lane, the rollout module in the other; the teardown
-    # and locked install modules (fleets of their own) each whole on one worker, after a lane
+    # and toolkit modules (fleets of their own) each whole on one worker, after a lane
     layout = {"tests/integration/fleet/test_a.py": "a", "tests/integration/fleet/test_fleet_molecule.py": "m",
               "tests/integration/fleet/test_fleet_teardown.py": "t",
-              "tests/integration/fleet/test_stack_locked_install.py": "l",
+              "tests/integration/fleet/test_cuda_toolchain.py": "c",
               "tests/integration/fleet/test_rolling_rebuild.py": "r"}
     for name, module in layout.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -550,20 +550,20 @@ def test_under_loadgroup_the_fleet_tests_run_in_two_lanes_and_own_fleet_modules_
     assert "35 passed" in run.stdout
     lines = [line.split() for line in order.read_text().splitlines()]
     units = {unit: [(worker, test) for worker, test in lines if test.split("::")[0] in modules]
-             for unit, modules in (("session", "am"), ("rollout", "r"), ("teardown", "t"), ("locked", "l"))}
-    for unit, modules in (("session", "am"), ("rollout", "r"), ("teardown", "t"), ("locked", "l")):
+             for unit, modules in (("session", "am"), ("rollout", "r"), ("teardown", "t"), ("toolkit", "c"))}
+    for unit, modules in (("session", "am"), ("rollout", "r"), ("teardown", "t"), ("toolkit", "c")):
         assert len({worker for worker, _ in units[unit]}) == 1, lines
         assert [test for _, test in units[unit]] == [f"{m}::test_{m}{n}" for m in modules for n in range(3)]
     # the lanes run side by side, one on each worker, and the own-fleet modules after them
     assert units["session"][0][0] != units["rollout"][0][0], lines
-    for unit in ("teardown", "locked"):
+    for unit in ("teardown", "toolkit"):
         worker = units[unit][0][0]
         ran = [test for each, test in lines if each == worker]
         lane = units["session"] if units["session"][0][0] == worker else units["rollout"]
         assert ran.index(units[unit][0][1]) > ran.index(lane[-1][1]), lines
 
 
-@pytest.mark.parametrize("module", ["test_rolling_rebuild.py", "test_stack_locked_install.py"])
+@pytest.mark.parametrize("module", ["test_rolling_rebuild.py", "test_cuda_toolchain.py"])
 def test_a_module_outside_the_session_lane_that_asks_for_the_session_fleet_is_refused(tmp_path, module):
     (tmp_path / "tests/integration/fleet").mkdir(parents=True)
     (tmp_path / "tests/integration/fleet" / module).write_text(

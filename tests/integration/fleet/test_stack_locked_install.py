@@ -7,8 +7,9 @@ uv.toml naming an index that does not exist and constraints that would refuse th
 as PIP_* / UV_* variables in its login environment; the controller's environment gets them too. The
 stack must come out exactly the lock's set all the same, and a second run changes nothing.
 
-The host is this module's own (a fleet of one, torn down at its end): the module runs beside the
-session fleet's lane, on whichever worker frees up first (tests/conftest.py OWN_FLEET_MODULES).
+The host is this module's own (a fleet of one, torn down at its end). The module runs last in the
+session fleet's lane, when that fleet and the stacks on it are gone, so the real stack has the disk (a CI
+machine ran out of it here).
 """
 
 from __future__ import annotations
