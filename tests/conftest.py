@@ -10,9 +10,9 @@
   module by far; ROLLOUT_LANE_MODULES) and the session fleet's users (in order: test_stack_jobs.py after
   test_stack.py; molecule, the service roles; last the locked install, on a host of its own after the
   session fleet is down). The modules with fleets of their own (OWN_FLEET_MODULES: the toolkit, the
-  harness's reboot and teardown, verify/doctor, the driver) each go whole to
-  whichever lane's worker frees up first, the slowest first. A test outside the session lane that asks
-  for the session fleet is refused at collection. The lanes overlap: the fleet tests spend much of
+  harness's reboot and teardown, verify/doctor, the driver) each go whole to whichever lane's worker
+  frees up first, the slowest first (tests/workorder.py). A test outside the session lane that asks for
+  the session fleet is refused at collection. The lanes overlap: the fleet tests spend much of
   their time waiting (gates, drains, reboots, stand-in latencies), and one lane fills the other's idle
   CPU. The other tests spread over the workers. By path, not by xdist_group marks: with pytest 9,
   xdist 3.8's loadgroup never sees its marks (it rewrites ``item._nodeid``, which pytest 9 no longer
