@@ -8,12 +8,14 @@ and processes from /sys and /proc, TCP connections to the hosts from /proc/net/t
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Set
+from typing import Dict, Iterable, Iterator, List, Optional, Set
 
 NSPAWN_PROPAGATE = Path("/run/systemd/nspawn/propagate")
 CLAIMS = Path("/run/sglang-fleet")
@@ -80,3 +82,17 @@ def present(data: Dict) -> List[str]:
         pass
     found += connections_to(h["ip"] for h in hosts)
     return found
+
+
+@contextmanager
+def checked_fleet(fleet, hosts, what: str, **up) -> Iterator:
+    """``fleet`` up with ``hosts`` (owned by this process), down at the end, also when the body fails;
+    after a body that did not fail, nothing of it may be left on the machine (``present``)."""
+    recorded = None
+    try:
+        fleet.up(hosts, owner_pid=os.getpid(), **up)
+        recorded = copy.deepcopy(fleet.state.data)
+        yield fleet
+    finally:
+        fleet.down()
+    assert present(recorded) == [], f"{what}'s down left these behind"

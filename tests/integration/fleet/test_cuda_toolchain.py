@@ -11,7 +11,6 @@ fleet's lane, on whichever worker frees up first (tests/workorder.py OWN_FLEET_M
 
 from __future__ import annotations
 
-import copy
 import os
 import shutil
 from pathlib import Path
@@ -24,7 +23,7 @@ from aptrepo import build_repository, serve
 from cache import pip_download
 from documented import assert_documented
 from fleet import Fleet
-from fleet_present import present
+from fleet_present import checked_fleet
 from prereq import require
 
 pytestmark = pytest.mark.integration
@@ -41,15 +40,8 @@ STACK = {"stack_profile_data": {"cuda": {"version": "13.0"}}, "stack_target_capa
 @pytest.fixture(scope="module")
 def cuda_fleet(fleet_base):
     """Three hosts with the bind-mounted CUDA 13.0, like the session fleet's; checked gone at the end."""
-    fleet = Fleet(f"c{os.getpid() % 10**8}")
-    recorded = None
-    try:
-        fleet.up(3, owner_pid=os.getpid())
-        recorded = copy.deepcopy(fleet.state.data)
+    with checked_fleet(Fleet(f"c{os.getpid() % 10**8}"), 3, "the toolkit fleet") as fleet:
         yield fleet
-    finally:
-        fleet.down()
-    assert present(recorded) == [], "the toolkit fleet's down left these behind"
 
 
 @pytest.fixture(scope="module")

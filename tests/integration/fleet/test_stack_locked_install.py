@@ -14,7 +14,6 @@ machine ran out of it here).
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import os
@@ -23,7 +22,7 @@ from pathlib import Path
 import pytest
 from ansible_run import REPO_ROOT, run_playbook
 from fleet import Fleet
-from fleet_present import present
+from fleet_present import checked_fleet
 from lockwheels import fill_from_lock, stack_versions
 from pins import UV_BIN
 from stackrun import SITE, fill_wheelhouse
@@ -47,15 +46,8 @@ HOSTILE = {
 @pytest.fixture(scope="module")
 def own_fleet(fleet_base):
     """One host of this module's own, torn down at its end (checked on the machine)."""
-    fleet = Fleet(f"l{os.getpid() % 10**8}")
-    recorded = None
-    try:
-        fleet.up(1, owner_pid=os.getpid())
-        recorded = copy.deepcopy(fleet.state.data)
+    with checked_fleet(Fleet(f"l{os.getpid() % 10**8}"), 1, "the locked install's fleet") as fleet:
         yield fleet
-    finally:
-        fleet.down()
-    assert present(recorded) == [], "the locked install's fleet left these behind"
 
 
 @pytest.fixture(scope="module")
