@@ -95,6 +95,15 @@ def run_playbook(playbook: str | Path | list, inventory: str | Path | None = Non
                           results=results, stats=stats)
 
 
+def run_on_fleet(playbook: str | Path | list, inventory: str | Path, *, envvars: dict | None = None,
+                 **kwargs) -> PlayResult:
+    """``run_playbook`` against a test fleet's inventory with facts kept in memory only: ansible.cfg caches
+    facts on disk (jsonfile, 2 h) keyed by host name, and fleet host names recur from fleet to fleet, so a
+    play must never see an earlier fleet's facts."""
+    return run_playbook(playbook, inventory, envvars={"ANSIBLE_CACHE_PLUGIN": "memory", **(envvars or {})},
+                        **kwargs)
+
+
 def _record_task_times(playbook, events) -> None:
     """With SGLANG_TASK_TIMES=FILE set, append one JSON line per task result (playbook, task, host, start,
     end, seconds: ansible-runner's own timestamps), to see where a slow play spends its time

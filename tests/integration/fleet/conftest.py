@@ -9,7 +9,6 @@ that `current` points to on every host (tests/stackrun.py).
 
 from __future__ import annotations
 
-import copy
 import os
 import shutil
 import time
@@ -17,11 +16,11 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from ansible_run import PlayResult, run_playbook
+from ansible_run import PlayResult, run_on_fleet
 from fleet import Fleet, gc
 from fleet.base import ensure_base
 from fleet.system import FLEET_TOOLS
-from fleet_present import present
+from fleet_present import checked_fleet
 from prereq import require
 from stackrun import (
     SEEDED_UV_CACHE,
@@ -75,28 +74,20 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 @pytest.fixture(scope="session")
 def fleet(fleet_base) -> Iterator[Fleet]:
-    session_fleet = Fleet(f"t{os.getpid() % 10**8}")
-    recorded = None
-    try:
-        session_fleet.up(3, owner_pid=os.getpid())
-        recorded = copy.deepcopy(session_fleet.state.data)
+    # checked on the machine, not by the harness's own account (fleet_present)
+    with checked_fleet(Fleet(f"t{os.getpid() % 10**8}"), 3, "the session fleet") as session_fleet:
         _SESSION_FLEETS.append(session_fleet)
-        yield session_fleet
-    finally:
-        if session_fleet in _SESSION_FLEETS:
-            _SESSION_FLEETS.remove(session_fleet)
-        session_fleet.down()
-    # checked on the machine, not by the harness's own account
-    assert present(recorded) == [], "the session fleet's down left these behind"
+        try:
+            yield session_fleet
+        finally:
+            if session_fleet in _SESSION_FLEETS:
+                _SESSION_FLEETS.remove(session_fleet)
 
 
 @pytest.fixture(scope="session")
 def fleet_play(fleet):
-    def play(playbook, *, envvars=None, **kwargs) -> PlayResult:
-        # ansible.cfg caches facts on disk for 2 h, keyed by host name, and fleet host names recur
-        # (t<pid>-1 ...): a play must never see an earlier fleet's facts
-        return run_playbook(playbook, fleet.inventory, envvars={"ANSIBLE_CACHE_PLUGIN": "memory",
-                                                               **(envvars or {})}, **kwargs)
+    def play(playbook, **kwargs) -> PlayResult:
+        return run_on_fleet(playbook, fleet.inventory, **kwargs)
     return play
 
 

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from ansible_run import run_playbook
+from ansible_run import run_on_fleet
 from aptrepo import build_repository, serve
 from cache import pip_download
 from documented import assert_documented
@@ -47,9 +47,7 @@ def cuda_fleet(fleet_base):
 @pytest.fixture(scope="module")
 def cuda_play(cuda_fleet):
     def play(playbook, **kwargs):
-        # ansible.cfg caches facts on disk, keyed by host name, and fleet host names recur
-        return run_playbook(playbook, cuda_fleet.inventory, envvars={"ANSIBLE_CACHE_PLUGIN": "memory"},
-                            **kwargs)
+        return run_on_fleet(playbook, cuda_fleet.inventory, **kwargs)
     return play
 
 

@@ -16,7 +16,7 @@ import json
 import os
 
 import pytest
-from ansible_run import REPO_ROOT, run_playbook
+from ansible_run import REPO_ROOT, run_on_fleet
 from cache import pip_download, wheelhouse
 from fleet import Fleet
 from light_stack import LIGHT_PLAY, LIGHT_STACK, LIGHT_WHEELS, UV
@@ -35,8 +35,7 @@ NOTHING_LISTENS = "http://127.0.0.1:9/health"
 
 
 def play(fleet, playbook, **extravars):
-    result = run_playbook(playbook, fleet.inventory, extravars=extravars,
-                          envvars={"ANSIBLE_CACHE_PLUGIN": "memory"})
+    result = run_on_fleet(playbook, fleet.inventory, extravars=extravars)
     assert result.rc == 0, result.stdout[-5000:]
     return result
 

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_run import REPO_ROOT, run_playbook
+from ansible_run import REPO_ROOT, run_on_fleet
 from fleet import Fleet
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "stand_ins"))
@@ -73,8 +73,7 @@ def driver_fleet(fleet_base, tmp_path_factory):
 
 
 def play(fleet, playbook, *, limit, extravars=None, check=False):
-    return run_playbook(playbook, fleet.inventory, limit=limit, extravars=extravars, check=check,
-                        envvars={"ANSIBLE_CACHE_PLUGIN": "memory"})
+    return run_on_fleet(playbook, fleet.inventory, limit=limit, extravars=extravars, check=check)
 
 
 def converge(fleet, host, check=False, **variables):

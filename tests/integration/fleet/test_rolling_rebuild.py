@@ -24,7 +24,6 @@ or rewrites a file of them, and every unit runs from the staged directory with t
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import os
 import shutil
@@ -36,9 +35,9 @@ import urllib.request
 
 import pytest
 import yaml
-from ansible_run import REPO_ROOT, PlayResult, run_playbook
+from ansible_run import REPO_ROOT, PlayResult, run_on_fleet
 from fleet import Fleet
-from fleet_present import present
+from fleet_present import checked_fleet
 from jobs_fleet import (
     MODEL_PORT,
     STACK_ROOT,
@@ -86,27 +85,24 @@ DRIVER_VARS = {
 @pytest.fixture(scope="module")
 def jobs(fleet_base, tmp_path_factory):
     """4 hosts of this module's own (the session fleet has 3 and is shared), torn down at its end."""
-    fleet = Fleet(f"rr{os.getpid() % 10**7}")
-    recorded = seeded = hub = None
+    seeded = None
     try:
-        fleet.up(4, owner_pid=os.getpid())
-        recorded = copy.deepcopy(fleet.state.data)
-        workdir = tmp_path_factory.mktemp("jobs")
-        wheels = prepare_wheels(fleet)
-        seeded = seed_uv_cache(fleet, workdir, fleet.hosts[:3])  # the model hosts; the gateway gets no stack
-        hub = start_weights_hub(fleet, workdir)
-        yield JobsFleet(fleet, workdir, wheels, kernel_source(fleet, workdir), hub)
+        with checked_fleet(Fleet(f"rr{os.getpid() % 10**7}"), 4, "the jobs fleet") as fleet:
+            workdir = tmp_path_factory.mktemp("jobs")
+            wheels = prepare_wheels(fleet)
+            seeded = seed_uv_cache(fleet, workdir, fleet.hosts[:3])  # the model hosts; the gateway: no stack
+            hub = start_weights_hub(fleet, workdir)
+            try:
+                yield JobsFleet(fleet, workdir, wheels, kernel_source(fleet, workdir), hub)
+            finally:
+                hub.__exit__(None, None, None)
     finally:
-        if hub is not None:
-            hub.__exit__(None, None, None)
-        fleet.down()
-        if seeded is not None:
+        if seeded is not None:  # the controller's names; the hosts' went with the fleet
             shutil.rmtree(seeded, ignore_errors=True)
-    assert present(recorded) == [], "the jobs fleet's down left these behind"
 
 
 def play(jobs: JobsFleet, playbook, **kwargs) -> PlayResult:
-    return run_playbook(playbook, jobs.inventory, envvars={"ANSIBLE_CACHE_PLUGIN": "memory"}, **kwargs)
+    return run_on_fleet(playbook, jobs.inventory, **kwargs)
 
 
 def summary(result: PlayResult) -> dict:

@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from ansible_run import run_playbook
+from ansible_run import run_on_fleet
 from documented import assert_documented
 from service_stack import (
     API_KEY,
@@ -46,7 +46,7 @@ def inventory(fleet, tmp_path_factory):
 @pytest.fixture(scope="module")
 def play(inventory):
     def run(plays, **kwargs):
-        return run_playbook(plays, inventory, envvars={"ANSIBLE_CACHE_PLUGIN": "memory"}, **kwargs)
+        return run_on_fleet(plays, inventory, **kwargs)
     return run
 
 

@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 
 import pytest
-from ansible_run import REPO_ROOT, run_playbook
+from ansible_run import REPO_ROOT, run_on_fleet
 from fleet import Fleet
 from fleet_present import checked_fleet
 from lockwheels import fill_from_lock, stack_versions
@@ -76,9 +76,7 @@ def locked(own_fleet, tmp_path_factory):
     }
 
     def run():
-        # ansible.cfg caches facts on disk, keyed by host name, and fleet host names recur
-        return run_playbook(SITE, fleet.inventory, extravars=extravars, limit=host,
-                            envvars={"ANSIBLE_CACHE_PLUGIN": "memory", **envvars})
+        return run_on_fleet(SITE, fleet.inventory, extravars=extravars, limit=host, envvars=envvars)
 
     first = run()
     second = run() if first.rc == 0 else None
