@@ -104,10 +104,16 @@ def run_on_fleet(playbook: str | Path | list, inventory: str | Path, *, envvars:
                         **kwargs)
 
 
+# A host's result of a task, and of each item of a looped task (tests/task_times.py counts them).
+RECORDED_EVENTS = ("runner_on_ok", "runner_on_failed", "runner_on_skipped", "runner_on_unreachable",
+                   "runner_item_on_ok", "runner_item_on_failed", "runner_item_on_skipped")
+
+
 def _record_task_times(playbook, events) -> None:
-    """With SGLANG_TASK_TIMES=FILE set, append one JSON line per task result (playbook, task, host, start,
-    end, seconds: ansible-runner's own timestamps), to see where a slow play spends its time
-    (``python -m tests.task_times FILE`` sums them per task)."""
+    """With SGLANG_TASK_TIMES=FILE set, append one JSON line per host and task (and per loop item): the
+    playbook, task, role, action, host, event (runner_on_ok, _failed, _skipped, _unreachable or
+    runner_item_on_*), start, end and seconds (ansible-runner's own timestamps), to see where a slow play
+    spends its time and how many tasks ran of which kind (``python -m tests.task_times [--census] FILE``)."""
     path = os.environ.get("SGLANG_TASK_TIMES")
     if not path:
         return
@@ -115,10 +121,11 @@ def _record_task_times(playbook, events) -> None:
     with open(path, "a", encoding="utf-8") as out:
         for event in events:
             data = event.get("event_data", {})
-            if event.get("event") in ("runner_on_ok", "runner_on_failed") \
-                    and data.get("start") and data.get("end"):
+            if event.get("event") in RECORDED_EVENTS:
                 out.write(json.dumps({"playbook": name, "task": data.get("task"), "role": data.get("role"),
-                                      "host": data.get("host"), "start": data["start"], "end": data["end"],
+                                      "action": data.get("resolved_action") or data.get("task_action"),
+                                      "host": data.get("host"), "event": event["event"],
+                                      "start": data.get("start"), "end": data.get("end"),
                                       "seconds": data.get("duration")}) + "\n")
 
 
