@@ -6,6 +6,7 @@ contacted them before failing, the result would be "unreachable", not the invent
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -20,6 +21,7 @@ pytestmark = pytest.mark.integration
 PREFLIGHT = REPO_ROOT / "playbooks" / "preflight.yml"
 SITE = REPO_ROOT / "playbooks" / "site.yml"
 CHECK_TASK = "Check project variables against every role's argument specs"
+READ_TORCH = "Read the stack's torch build and arch list"
 NO_CONNECT = "--tags preflight_version,preflight_inventory"
 GROUPED = "Put the host in the group of what site.yml gives it (sglang_stack_hosts, or sglang_gateway_only)"
 
@@ -211,11 +213,21 @@ def test_site_provisions_a_second_stack_root_and_cache_beside_the_first(tmp_path
     assert (tmp_path / "tools" / f"uv-{UV_VERSION}" / "bin" / "uv").is_file()  # not the machine's tools
     assert (tmp_path / "sgl-kernel" / "install").is_dir()
     assert (tmp_path / "state").is_dir()
+    record = json.loads((tmp_path / "stacks" / "current" / ".torch-probe.json").read_text())
+    assert (record["build"], record["recorded"], record["devices"]) == ("cuda", True, [])
+    assert first.task("localhost", READ_TORCH)["torch_version"] == record["torch_version"]
     second = run_playbook(SITE, extravars=extravars)
     assert second.rc == 0, second.stdout[-4000:]
     assert second.stats["failures"] == {}
     assert not any(second.stats.get("changed", {}).values()), [
         res["task"] for res in second.results["localhost"] if res.get("changed")]
+    # the stack is sealed: torch's answer is read from the record, not probed, and still judged
+    assert second.task("localhost", READ_TORCH)["recorded"] is True
+    (tmp_path / "stacks" / "current" / ".torch-probe.json").write_text(json.dumps({**record, "build": "cpu"}))
+    third = run_playbook(SITE, extravars=extravars)
+    assert third.rc != 0
+    refused = third.task("localhost", "Require torch code for every target capability")
+    assert "is a CPU build" in refused["msg"]
 
 
 def test_inventory_check_module_bad_spec_is_a_clear_failure():

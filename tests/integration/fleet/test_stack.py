@@ -19,6 +19,7 @@ pytestmark = pytest.mark.integration
 
 TORCH_VERSION = "2.14.1+cu130"
 READ_TORCH = "Read the stack's torch build and arch list"
+RECORD_TORCH = "Record torch's answer in the stack (read instead of a probe once the stack is sealed)"
 REQUIRE_TORCH = "Require torch code for every target capability"
 REQUIRE_SOURCES = "Require every package source to answer"
 PLAN = "Check the profile and plan the stack"
@@ -43,6 +44,8 @@ def test_torch_cuda_build_installed_and_checked_on_every_host(fleet_stack):
         assert "sm_120" in torch["arch_list"]
         assert torch["missing"] == []
         assert torch["python"] == f"{fleet_stack.root}/{fleet_stack.stack_names[host]}/bin/python"
+        assert "recorded" not in torch  # probed: the stack was not sealed yet
+        assert first.task(host, RECORD_TORCH)["changed"] is True
         assert first.task(host, "Install the locked torch")["changed"] is True
 
 
@@ -102,7 +105,10 @@ def test_second_run_changes_nothing(fleet_stack, second_run):
     assert second_run.rc == 0, second_run.stdout[-4000:]
     assert second_run.stats.get("changed", {}) == {}, second_run.stats
     for host in fleet_stack.hosts:
-        assert second_run.task(host, READ_TORCH)["torch_version"] == TORCH_VERSION
+        torch = second_run.task(host, READ_TORCH)
+        # sealed: torch's answer recorded before sealing, rated again, no torch import
+        assert (torch["torch_version"], torch["recorded"], torch["missing"]) == (TORCH_VERSION, True, [])
+        assert second_run.task(host, RECORD_TORCH)["event"] == "runner_on_skipped"
         assert fleet_stack.current(host) == fleet_stack.stack_names[host]
         # uv answered its version, so pip was not asked again
         assert second_run.task(host, UV_INSTALL)["event"] == "runner_on_skipped"
