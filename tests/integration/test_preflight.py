@@ -7,10 +7,12 @@ contacted them before failing, the result would be "unreachable", not the invent
 from __future__ import annotations
 
 import json
+import platform
 import textwrap
 from pathlib import Path
 
 import pytest
+import tomllib
 from ansible_run import REPO_ROOT, run_module, run_playbook
 from cache import uv_cache, wheelhouse
 from lockwheels import fill_from_lock
@@ -179,6 +181,17 @@ def test_unsupported_os_can_be_reported_only():
     assert "NOT supported" in result.task("localhost", "Report the operating system")["msg"]
 
 
+INSTALL_KERNEL = "Install the wheel into the stack, without dependencies so that torch stays as pinned"
+
+
+def locked_kernel_sha256() -> str:
+    """The sha256 of this machine's sglang-kernel wheel in the stable profile's lock."""
+    lock = tomllib.loads((REPO_ROOT / "profiles" / "pylock.stable.toml").read_text())
+    [package] = [p for p in lock["packages"] if p["name"] == "sglang-kernel"]
+    [wheel] = [w for w in package["wheels"] if w["url"].endswith(f"_{platform.machine()}.whl")]
+    return wheel["hashes"]["sha256"]
+
+
 def test_site_provisions_a_second_stack_root_and_cache_beside_the_first(tmp_path):
     """`make site`'s playbook on this machine, into an empty stack root and an empty wheel cache given
     with -e (beside the machine's own), then again: the second run changes nothing. The test wheelhouse,
@@ -211,10 +224,17 @@ def test_site_provisions_a_second_stack_root_and_cache_beside_the_first(tmp_path
     assert len(stacks) == 2, stacks
     assert len(list((tmp_path / "wheels").glob("*.whl"))) > 100
     assert (tmp_path / "tools" / f"uv-{UV_VERSION}" / "bin" / "uv").is_file()  # not the machine's tools
-    assert (tmp_path / "sgl-kernel" / "install").is_dir()
+    assert (tmp_path / "sgl-kernel" / "download").is_dir()  # the kernel's work directory: not the machine's
     assert (tmp_path / "state").is_dir()
     record = json.loads((tmp_path / "stacks" / "current" / ".torch-probe.json").read_text())
     assert (record["build"], record["recorded"], record["devices"]) == ("cuda", True, [])
+    # the kernel is the lock's own wheel, which the stack's hash-checked sync installed: recorded as the
+    # build the stack holds, not copied and installed a second time
+    assert first.task("localhost", INSTALL_KERNEL)["event"] == "runner_on_skipped"
+    kernel = json.loads((tmp_path / "stacks" / "current" / "sgl_kernel.json").read_text())
+    locked = locked_kernel_sha256()
+    assert (kernel["fingerprint"], kernel["sha256"]) == (f"wheel-{locked}", locked)
+    assert not (tmp_path / "sgl-kernel" / "install").exists()
     assert first.task("localhost", READ_TORCH)["torch_version"] == record["torch_version"]
     second = run_playbook(SITE, extravars=extravars)
     assert second.rc == 0, second.stdout[-4000:]

@@ -49,7 +49,7 @@ from jobs_fleet import (
     start_weights_hub,
 )
 from sglang_parser import PARSER_DEPENDENCIES
-from stackrun import profile_file, seed_uv_cache
+from stackrun import SEEDED_UV_CACHE, profile_file, seed_uv_cache
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "stand_ins"))
 import driver_apt_repo
@@ -132,9 +132,16 @@ def provisioned(jobs):
     # what the later tests compare against: the staged files, and how often the Hub was asked
     jobs.staged = {h: jobs.weights_files(h) for h in jobs.models}
     jobs.hub_requests_after_site = (asked_by_first, len(jobs.hub.requests))
+    jobs.kernels_in_uv_cache = {h: kernels_in_uv_cache(jobs, h) for h in jobs.models}
     print(f"\nsite.yml on 4 hosts: first run {first.seconds:.0f} s, second run {second.seconds:.0f} s; "
           f"disk per host (MiB): {jobs.disk_mib()}")
     return first, second
+
+
+def kernels_in_uv_cache(jobs: JobsFleet, host: str) -> int:
+    """How many unpacked kernel libraries (sgl_kernel/**.so) the host's uv cache holds."""
+    find = f"find {SEEDED_UV_CACHE}/archive-v0 -path '*/sgl_kernel/*' -name '*.so' | wc -l"
+    return int(jobs.ssh(host, find))
 
 
 def test_site_converges_on_models_and_gateway_and_a_second_run_changes_nothing(jobs, provisioned):
@@ -308,6 +315,8 @@ def test_rollout_builds_once_installs_three_times_and_drops_no_request(jobs, fir
     assert result.rc == 0, result.stdout[-8000:]
     assert events(result, BUILD) == [jobs.models[0]], "one kernel build, on the build host"
     assert sorted(events(result, INSTALL)) == sorted(jobs.models), "one kernel install per host"
+    # the built wheel was unpacked outside the hosts' uv cache: no 1.2 GB left there per kernel build
+    assert {h: kernels_in_uv_cache(jobs, h) for h in jobs.models} == jobs.kernels_in_uv_cache
     records = summary(result)
     new = {r["new_fingerprint"] for r in records.values()}
     assert len(new) == 1
