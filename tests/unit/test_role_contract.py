@@ -119,12 +119,12 @@ def test_every_fact_an_entry_point_reads_from_another_role_is_a_typed_option(rol
 # Inputs an entry point may be entered without, each with why; every other input is `required: true`, so a
 # missing one fails when the role is entered (ansible-core's argument validation), not mid-run.
 OPTIONAL_INPUTS = {
-    # used only on a path that needs them (a source build, an install into an unsealed stack); the role
-    # also installs a verified wheel into a bare venv given its Python, path and targets
-    # (tests/integration/test_sgl_kernel_role_local.py)
+    # used only on a path that needs them (a source build, an install into an unsealed stack, a stack
+    # synced from a lock); the role also installs a verified wheel into a bare venv given its Python, path
+    # and targets (tests/integration/test_sgl_kernel_role_local.py)
     ("sgl_kernel", "main"): {"cuda_toolchain_env", "cuda_toolchain_version", "pytorch_installed_version",
-                             "stack_constraints_file", "stack_sealed", "stack_uv", "stack_uv_env",
-                             "stack_wheel_store"},
+                             "stack_constraints_file", "stack_lock_sha256", "stack_sealed", "stack_uv",
+                             "stack_uv_env", "stack_wheel_store"},
     # used only to install sglang into an unsealed stack without a lock (sglang_service_install)
     ("sglang_service", "main"): {"cuda_toolchain_env", "stack_constraints_file", "stack_lock_sha256",
                                  "stack_sealed", "stack_uv", "stack_uv_env"},
