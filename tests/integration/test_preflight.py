@@ -248,6 +248,7 @@ def test_site_provisions_a_second_stack_root_and_cache_beside_the_first(tmp_path
     assert third.rc != 0
     refused = third.task("localhost", "Require torch code for every target capability")
     assert "is a CPU build" in refused["msg"]
+    assert "The stack is sealed (this is the answer recorded in" in refused["msg"], refused["msg"]
 
 
 def test_inventory_check_module_bad_spec_is_a_clear_failure():
