@@ -39,6 +39,9 @@ PARSER_DEPENDENCIES = [
 ]
 PARSER_WHEELS = [SGLANG, TORCH, *PARSER_DEPENDENCIES]
 STAND_IN = Path(__file__).resolve().parent / "stand_ins" / "sglang-server" / "sglang_server_stand_in.py"
+# A served model's env: the stand-in keeps the parser's accepted answers under the unit's home and reuses
+# them at later starts of the same command line and stack (its docstring says what the key holds)
+KEEP_PARSE = {"SGLANG_STAND_IN_PARSE_CACHE": ".cache/sglang-stand-in"}
 
 
 def download_parser_wheels() -> Path:

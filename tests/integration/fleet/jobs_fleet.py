@@ -38,7 +38,7 @@ from cache import pip_download
 from kernelpkg import make_archive, make_source, write_mirror
 from lockwheels import downloader_files
 from service_stack import PY_SPY, SMG_WHEELS, UV
-from sglang_parser import PARSER_DEPENDENCIES, SGLANG, STAND_IN
+from sglang_parser import KEEP_PARSE, PARSER_DEPENDENCIES, SGLANG, STAND_IN
 from stackrun import SEEDED_UV_CACHE, fill_wheelhouse, seed_wheel_cache, stack_extravars
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "stand_ins"))
@@ -127,7 +127,7 @@ def model(hub_url: str, **env) -> dict:
             "weights": {"repo": WEIGHTS_REPO, "revision": WEIGHTS_TAG, "endpoint": hub_url},
             "extra_args": ["--enable-metrics"],
             # each request takes a while, so the rollout has requests in flight to wait for
-            "env": {"SGLANG_STAND_IN_DELAY": "1", "SGLANG_STAND_IN_LATENCY": "0.2", **env}}
+            "env": {"SGLANG_STAND_IN_DELAY": "1", "SGLANG_STAND_IN_LATENCY": "0.2", **KEEP_PARSE, **env}}
 
 
 class JobsFleet:

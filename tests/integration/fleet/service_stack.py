@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 from cache import pip_download
 from light_stack import UV, uv_tasks
-from sglang_parser import PARSER_WHEELS, STAND_IN
+from sglang_parser import KEEP_PARSE, PARSER_WHEELS, STAND_IN
 
 PY_SPY = "py-spy==0.4.3"  # the gate's stack dump of a hung server
 SMG_WHEELS = ["smg==1.13.0", "setproctitle==1.3.8", "grpcio==1.85.3", "grpcio-health-checking==1.85.1",
@@ -83,11 +83,11 @@ GATEWAY_PORT = 8000
 # The tests check that it never shows in a play's output.
 API_KEY = "sk-fleet-test-7f3a9c51e2"
 MAIN = {"name": "main", "model_path": "/models/stand-in", "host": "0.0.0.0", "port": 30000,
-        "env": {"SGLANG_STAND_IN_DELAY": "2"}}
+        "env": {"SGLANG_STAND_IN_DELAY": "2", **KEEP_PARSE}}
 SLOW = {"name": "slow", "model_path": "/models/stand-in", "port": 30001,
-        "env": {"SGLANG_STAND_IN_MODE": "slow-start", "SGLANG_STAND_IN_DELAY": "12"}}
+        "env": {"SGLANG_STAND_IN_MODE": "slow-start", "SGLANG_STAND_IN_DELAY": "12", **KEEP_PARSE}}
 PAIR = {"name": "pair", "model_path": "/models/stand-in", "port": 30010, "tp_size": 2, "nodes_group": "pair",
-        "env": {"SGLANG_STAND_IN_DELAY": "2"}}
+        "env": {"SGLANG_STAND_IN_DELAY": "2", **KEEP_PARSE}}
 
 
 def write_inventory(fleet, root: Path) -> Path:

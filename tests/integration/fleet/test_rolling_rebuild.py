@@ -48,7 +48,7 @@ from jobs_fleet import (
     prepare_wheels,
     start_weights_hub,
 )
-from sglang_parser import PARSER_DEPENDENCIES
+from sglang_parser import KEEP_PARSE, PARSER_DEPENDENCIES
 from stackrun import SEEDED_UV_CACHE, profile_file, seed_uv_cache
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "stand_ins"))
@@ -655,7 +655,7 @@ RESTART = "Restart the model units on the new stack and pass the readiness gate"
 
 def pair_model() -> dict:
     return {"name": "pair", "model_path": "/models/stand-in", "host": "0.0.0.0", "port": PAIR_PORT,
-            "tp_size": 2, "nodes_group": "pair_tp", "env": {"SGLANG_STAND_IN_DELAY": "1"}}
+            "tp_size": 2, "nodes_group": "pair_tp", "env": {"SGLANG_STAND_IN_DELAY": "1", **KEEP_PARSE}}
 
 
 def pair_healthy(jobs: JobsFleet, rank0: str) -> bool:

@@ -6,6 +6,13 @@ does not know fails here exactly as in production (exit 2, argparse's message). 
 server's life: "loads", serves SGLang's endpoints (/health, /health_generate, /ready, /model_info,
 /server_info, /v1/models, a minimal /v1/chat/completions), and drains on SIGTERM (health 503, waits for
 requests in flight, exits), like SGLang, with no time limit of its own.
+Parsing imports torch and most of sglang (3-5 CPU-seconds a start on the test hosts). With
+``SGLANG_STAND_IN_PARSE_CACHE`` set (a directory; relative: under $HOME, the unit's state directory) the
+stand-in keeps each answer the parser accepted there, owner-only (it holds the API keys), under a key made
+of the command line, the SGLANG_ environment (but SGLANG_STAND_IN_*), the installed parser, the
+stand-in's own source and the stack; a later start with the same ones reuses it and imports nothing of
+sglang but its auth module. A refused command line is never kept: each start parses, and refuses, it
+again. Unset: every start parses.
 
 Failure modes, from the environment (the unit's Environment= / EnvironmentFile=):
   SGLANG_STAND_IN_MODE   normal | slow-start | hang | crash | drain-forever
@@ -44,6 +51,8 @@ SGLang 0.5.23's shape (``{"text", "meta_info"}``) with the per-request figures S
 Without a speculative algorithm meta_info has no spec_* field, as in SGLang.
 """
 
+import hashlib
+import importlib.util
 import json
 import os
 import signal
@@ -192,7 +201,8 @@ def spec_gauges(args, labels):
 
 
 def make_handler(args):
-    from sglang.srt.utils.auth import AuthLevel, decide_request_auth  # noqa: PLC0415
+    auth = sglang_module("srt/utils/auth.py")
+    AuthLevel, decide_request_auth = auth.AuthLevel, auth.decide_request_auth
 
     model = args.served_model_name or args.model_path
     worker = f"{socket.gethostname()}:{args.port}"
@@ -314,11 +324,80 @@ def make_handler(args):
     return Handler
 
 
-def main(argv):
-    # the real parser of the installed sglang: an unknown or ambiguous flag exits 2 here, as in production
+def sglang_file(relative):
+    """A file of the installed sglang package, found without importing sglang."""
+    spec = importlib.util.find_spec("sglang")
+    if spec is None:
+        raise ModuleNotFoundError("No module named 'sglang'", name="sglang")
+    return os.path.join(spec.submodule_search_locations[0], relative)
+
+
+def read_bytes(path):
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def sglang_module(relative):
+    """One module file of the installed sglang, loaded alone (sglang.srt.utils.auth imports only the
+    standard library, but its package's __init__ imports torch)."""
+    name = "sglang_stand_in_" + relative.replace("/", "_").removesuffix(".py")
+    spec = importlib.util.spec_from_file_location(name, sglang_file(relative))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+# what the stand-in reads of the parser's answer (kept between starts: JSON values)
+PARSED_FIELDS = ("model_path", "served_model_name", "host", "port", "tp_size", "nnodes", "node_rank",
+                 "dist_init_addr", "api_key", "admin_api_key", "speculative_algorithm",
+                 "speculative_num_draft_tokens")
+
+
+def parse_key(argv):
+    digest = hashlib.sha256()
+    for part in (stack_of_this_process(), read_bytes(sglang_file("srt/server_args.py")),
+                 read_bytes(__file__), json.dumps(argv),
+                 json.dumps(sorted((k, v) for k, v in os.environ.items()
+                                   if k.startswith("SGLANG_") and not k.startswith("SGLANG_STAND_IN_")))):
+        digest.update(part if isinstance(part, bytes) else part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def parse(argv):
+    """The real parser's answer for ``argv`` (an unknown or ambiguous flag exits 2 there, as in
+    production), or the answer it gave an earlier start with the same key (parse_key)."""
+    where = os.environ.get("SGLANG_STAND_IN_PARSE_CACHE")
+    kept = os.path.join(os.path.expanduser("~"), where, parse_key(argv) + ".json") if where else None
+    fields = None
+    if kept:
+        try:
+            with open(kept, encoding="utf-8") as handle:
+                fields = json.load(handle)
+        except (OSError, ValueError):  # none kept yet
+            fields = None
+    if fields is not None:
+        log("arguments: the real sglang parser's answer for this command line, environment and stack, "
+            "kept from an earlier start")
+        return type("KeptServerArgs", (), fields)()
     from sglang.srt.server_args import prepare_server_args  # noqa: PLC0415
 
     args = prepare_server_args(argv)
+    if kept:
+        try:
+            os.makedirs(os.path.dirname(kept), mode=0o700, exist_ok=True)
+            partial = f"{kept}.{os.getpid()}"
+            with open(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
+                json.dump({name: getattr(args, name) for name in PARSED_FIELDS}, handle)
+            os.replace(partial, kept)
+        except OSError as error:  # an unwritable home: every start parses
+            log(f"the parser's answer is not kept: {error}")
+    return args
+
+
+def main(argv):
+    args = parse(argv)
     args.stand_in_metrics = "--enable-metrics" in argv
     mode = os.environ.get("SGLANG_STAND_IN_MODE", "normal")
     delay = float(os.environ.get("SGLANG_STAND_IN_DELAY", "30" if mode == "slow-start" else "1"))
