@@ -71,6 +71,8 @@ SLOW_SCOPES: dict[str, float] = {
     "tests/integration/test_stack_lock_inputs.py": 36,
     "tests/integration/test_bounded_waits.py": 35,
     "tests/integration/test_gpu_facts.py": 32,
+    # three real parses and two stand-in servers' lives (2026-12-06: 31 s alone)
+    "tests/integration/test_sglang_stand_in.py": 31,
     # the fleet run: the two lanes first (one to each worker), then the modules with fleets of their own
     "fleet-session": 1128,
     "fleet-rollout": 934,
