@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -42,3 +43,10 @@ def kill_pid_in(path: Path) -> None:
     if path.exists():
         with contextlib.suppress(ProcessLookupError):
             os.kill(int(path.read_text()), signal.SIGKILL)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a local server a test starts)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -13,7 +13,6 @@ import contextlib
 import hashlib
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from ansible_run import run_playbook
 from cache import cache_dir
 from kernelpkg import build_env, served_source, stack_venv
 from prereq import require
+from processes import free_port
 from torchenv import torch_python
 
 pytestmark = pytest.mark.integration
@@ -45,12 +45,6 @@ def pypiserver_python() -> Path:
                         *PYPISERVER], check=True, timeout=600)
         (venv / ".ready").write_text("\n".join(PYPISERVER))
     return venv / "bin/python"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextlib.contextmanager

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.error
@@ -16,18 +15,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from processes import free_port
 from sglang_parser import KEEP_PARSE, parser_python
 
 pytestmark = pytest.mark.integration
 
 KEPT = "kept from an earlier start"
 KEY = "sk-stand-in-test"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _get(port: int, path: str, key: str | None = None) -> tuple[int, dict]:
@@ -66,7 +60,7 @@ def _serve(home: Path, argv: list[str], port: int, env: dict) -> tuple[str, dict
 
 
 def test_an_accepted_command_line_is_parsed_once_and_its_answer_reused(tmp_path):
-    port = _free_port()
+    port = free_port()
     argv = ["--model-path", "/models/stand-in", "--port", str(port), "--tp-size", "1", "--api-key", KEY]
     first, served = _serve(tmp_path, argv, port, KEEP_PARSE)
     assert KEPT not in first
@@ -84,7 +78,7 @@ def test_an_accepted_command_line_is_parsed_once_and_its_answer_reused(tmp_path)
     assert served["info"][1]["tp_size"] == 1
 
     # another command line (another port) is parsed again and kept beside the first
-    other = _free_port()
+    other = free_port()
     third, _ = _serve(tmp_path, [*argv[:3], str(other), *argv[4:]], other, KEEP_PARSE)
     assert KEPT not in third
     assert len(list((tmp_path / KEEP_PARSE["SGLANG_STAND_IN_PARSE_CACHE"]).iterdir())) == 2
@@ -101,7 +95,7 @@ def test_a_refused_command_line_is_refused_at_every_start_and_nothing_kept_witho
         assert "unrecognized arguments: --no-such-flag" in proc.stderr
     assert list(tmp_path.rglob("*.json")) == []
 
-    port = _free_port()
+    port = free_port()
     home = tmp_path / "plain"
     home.mkdir()
     out, served = _serve(home, ["--model-path", "/m", "--port", str(port), "--api-key", KEY], port, {})

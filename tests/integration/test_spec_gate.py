@@ -9,7 +9,6 @@ Local, not on the test fleet: the gate only needs each model's port, and the sta
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 import urllib.request
@@ -17,6 +16,7 @@ import urllib.request
 import pytest
 from ansible_run import run_module, run_playbook
 from documented import assert_documented
+from processes import free_port
 from sglang_parser import parser_python
 
 pytestmark = pytest.mark.integration
@@ -26,12 +26,6 @@ EAGLE = {"algorithm": "EAGLE3", "draft_model_path": "/models/kimi-k2.5-eagle3", 
 GATE = "Probe the speculative acceptance of each model that drafts"
 FAIL = "Fail when a model's drafts are accepted too rarely"
 PUBLISH = "Publish each model's speculative acceptance (sglang_service_spec_acceptance)"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _args(port: int, speculative: bool) -> list[str]:
@@ -65,7 +59,7 @@ def servers():
     procs, ports = [], {}
     try:
         for name, (accept, speculative) in plan.items():
-            port = _free_port()
+            port = free_port()
             env = dict(os.environ, SGLANG_STAND_IN_SPEC_ACCEPT_LENGTH=accept, SGLANG_STAND_IN_DELAY="0")
             proc = subprocess.Popen([str(python), "-m", "sglang_server_stand_in", *_args(port, speculative)],
                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -205,7 +199,7 @@ def test_probe_asks_each_served_model_once_and_names_the_silent_one(servers):
     """The role's `probe` entry point (what verify.yml runs for the inventory's models): one GET /health
     per model this host serves, in check mode too (the requests change nothing), with no gateway asked
     on a host outside the gateway group."""
-    silent = _free_port()
+    silent = free_port()
     models = [_entry("good", servers["good"], True), _entry("plain", servers["plain"], False),
               _entry("silent", silent, False)]
     for check in (False, True):
