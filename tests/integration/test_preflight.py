@@ -6,8 +6,11 @@ contacted them before failing, the result would be "unreachable", not the invent
 
 from __future__ import annotations
 
+import grp
 import json
 import platform
+import pwd
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -192,7 +195,30 @@ def locked_kernel_sha256() -> str:
     return wheel["hashes"]["sha256"]
 
 
-def test_site_provisions_a_second_stack_root_and_cache_beside_the_first(tmp_path):
+SERVICE_ACCOUNT = "sglang-site-test"  # the service user and group the local site test makes
+
+
+def exists(lookup, name: str) -> bool:
+    try:
+        lookup(name)
+    except KeyError:
+        return False
+    return True
+
+
+@pytest.fixture
+def service_account():
+    """The service user and group site.yml makes on this machine (a name of the test's own, so that a
+    machine's real `sglang` account is never touched), removed after the test when it made them."""
+    made = [(lookup, command) for lookup, command in ((pwd.getpwnam, "userdel"), (grp.getgrnam, "groupdel"))
+            if not exists(lookup, SERVICE_ACCOUNT)]
+    yield SERVICE_ACCOUNT
+    for lookup, command in made:  # the user first: a group is not removed while it is a user's primary one
+        if exists(lookup, SERVICE_ACCOUNT):
+            subprocess.run([command, SERVICE_ACCOUNT], check=True)
+
+
+def test_site_provisions_a_second_stack_root_and_cache_beside_the_first(tmp_path, service_account):
     """`make site`'s playbook on this machine, into an empty stack root and an empty wheel cache given
     with -e (beside the machine's own), then again: the second run changes nothing. The test wheelhouse,
     filled from the stable lock once per cache, serves as a mirror (files hardlinked by name and sha256),
@@ -204,14 +230,15 @@ def test_site_provisions_a_second_stack_root_and_cache_beside_the_first(tmp_path
     extravars = {"stack_root": str(tmp_path / "stacks"), "stack_wheel_cache_dir": str(tmp_path / "wheels"),
                  "stack_wheel_store": str(wheelhouse()), "stack_uv_cache_dir": str(uv_cache()),
                  "stack_min_free_gb": 4, "stack_find_links": [str(fill_from_lock())],
-                 # and nothing else of site.yml's outside tmp_path either (only the service user is made)
+                 # nothing else of site.yml's outside tmp_path either (the service account: the test's own)
                  "stack_tools_dir": str(tmp_path / "tools"),
                  "sgl_kernel_work_dir": str(tmp_path / "sgl-kernel"),
                  "sgl_kernel_cache_dir": str(tmp_path / "sgl-kernel" / "compiler-cache"),
                  "sgl_kernel_log_dir": str(tmp_path / "log"),
                  "sgl_kernel_artifact_dir": str(tmp_path / "artifacts"),
                  "sglang_service_state_dir": str(tmp_path / "state"),
-                 "sglang_service_config_dir": str(tmp_path / "config")}
+                 "sglang_service_config_dir": str(tmp_path / "config"),
+                 "sglang_service_user": service_account, "sglang_service_group": service_account}
     first = run_playbook(SITE, extravars=extravars)
     assert first.rc == 0, first.stdout[-6000:]
     summary = first.task("localhost", "Show the host summary")["msg"]
@@ -226,6 +253,7 @@ def test_site_provisions_a_second_stack_root_and_cache_beside_the_first(tmp_path
     assert (tmp_path / "tools" / f"uv-{UV_VERSION}" / "bin" / "uv").is_file()  # not the machine's tools
     assert (tmp_path / "sgl-kernel" / "download").is_dir()  # the kernel's work directory: not the machine's
     assert (tmp_path / "state").is_dir()
+    assert pwd.getpwnam(service_account).pw_dir == str(tmp_path / "state")
     record = json.loads((tmp_path / "stacks" / "current" / ".torch-probe.json").read_text())
     assert (record["build"], record["recorded"], record["devices"]) == ("cuda", True, [])
     # the kernel is the lock's own wheel, which the stack's hash-checked sync installed: recorded as the
