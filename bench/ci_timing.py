@@ -10,8 +10,14 @@ the fleet tests) into DIR (default .cache/ci-timing/), and each pytest run NAME 
 there as NAME-report.json (`--timing-json`, tests/conftest.py). `summary` adds the runs up and splits
 their time by stage: fleet = tests/integration/fleet/ and tests/molecule/, integration = the rest of
 tests/integration/, unit = tests/unit/; what no test accounts for (start-up, collection, session-fixture
-teardown) is its own row. `time` ends with a line naming the stage, its exit status and seconds; `parse`
-adds up the pytest counts of each pytest run it names.
+teardown) is its own row. `time` ends with a line naming the stage, its exit status, seconds and CPU
+seconds; `parse` adds up the pytest counts of each pytest run it names.
+
+A stage's CPU seconds are those of the processes its command started and waited for, theirs in turn
+included (getrusage RUSAGE_CHILDREN): the fleet's hosts count (each host's processes are waited for by
+its init, init by systemd-nspawn, nspawn by the test's launcher), a daemon that outlives its parent does
+not (ssh's ControlPersist master). On a CPU-bound run they say more than wall time, which moves with
+whatever else the machine runs: seconds over CPU seconds is the cores the stage kept busy.
 
 `compare` clones each revision into a fresh directory (`git clone`, so only committed work counts),
 runs its `.ci/run`, and prints the runs side by side: wall time, the pytest counts from its closing
@@ -26,6 +32,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -44,7 +51,7 @@ SLOWEST = 10
 CLOSING = re.compile(r"^=+ (?P<counts>.*?) in (?P<seconds>[\d.]+)s(?: \([\d:]+\))? =+$")
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected|warnings?|rerun)\b")
 CI_ENDED = re.compile(r"^ci: make test (passed in|failed \(exit \d+\) after) (\d+) s(?:; .*)?$")
-STAGE_ENDED = re.compile(r"^ci_timing: (?P<stage>\S+) ended: exit \d+ after [\d.]+ s$")
+STAGE_ENDED = re.compile(r"^ci_timing: (?P<stage>\S+) ended: exit \d+ after [\d.]+ s(?:, .*)?$")
 MAKE_FAILED = re.compile(r"^make: \*\*\* .*Error \d+")
 STAGE_ROW = re.compile(r"^\s*(" + "|".join(STAGES) + r")\s+(\d+\.\d) s\b")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -63,8 +70,16 @@ def stage_of(nodeid: str) -> str:
 
 # --- make test: time each stage, then summarise -------------------------------------------------------
 
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of this process's children that have been waited for, and of theirs."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def time_command(directory: Path, stage: str, command: Sequence[str]) -> int:
-    """Run ``command``, record its wall time and exit status as DIR/STAGE.json, return its status."""
+    """Run ``command``, record its wall time, CPU seconds and exit status as DIR/STAGE.json, return its
+    status."""
+    cpu_before = _children_cpu()
     started = time.monotonic()
     try:
         status = subprocess.run(list(command), check=False).returncode
@@ -74,11 +89,29 @@ def time_command(directory: Path, stage: str, command: Sequence[str]) -> int:
     if status < 0:  # killed by a signal: report it the way a shell would
         status = 128 - status
     seconds = round(time.monotonic() - started, 3)
+    cpu_seconds = round(_children_cpu() - cpu_before, 3)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / f"{stage}.json").write_text(json.dumps(
-        {"stage": stage, "seconds": seconds, "status": status}) + "\n")
-    print(f"ci_timing: {stage} ended: exit {status} after {seconds:.1f} s", flush=True)
+        {"stage": stage, "seconds": seconds, "status": status, "cpu_seconds": cpu_seconds}) + "\n")
+    print(f"ci_timing: {stage} ended: exit {status} after {seconds:.1f} s, CPU {cpu_seconds:.1f} s"
+          f"{_cores(cpu_seconds, seconds)}", flush=True)
     return status
+
+
+def _cores(cpu_seconds: float, seconds: float) -> str:
+    return f" ({cpu_seconds / seconds:.2f} cores)" if seconds > 0 else ""
+
+
+def cpu_rows(directory: Path) -> List[str]:
+    """One row per timed command that recorded its CPU seconds (lint, syntax, each pytest run), in the
+    order they ran; none for records written before CPU was recorded."""
+    rows = []
+    for stage in ("lint", "syntax", *pytest_runs(directory)):
+        record = _read_json(directory / f"{stage}.json")
+        if record is not None and "cpu_seconds" in record:
+            rows.append(f"  {stage:<13}{record['cpu_seconds']:>8.1f} s  in {record['seconds']:.1f} s"
+                        f"{_cores(record['cpu_seconds'], record['seconds'])}")
+    return rows
 
 
 def pytest_runs(directory: Path) -> List[str]:
@@ -173,6 +206,10 @@ def render_summary(directory: Path) -> str:
                      "and wrote no per-test report")
     total = sum(totals[stage]["seconds"] for stage in ("lint", "syntax", "pytest") if stage in totals)
     lines.append(f"  {'total':<13}{total:>8.1f} s")
+    cpu = cpu_rows(directory)
+    if cpu:
+        lines.append("CPU seconds of each timed command (its processes, the fleet's hosts too):")
+        lines += cpu
     slowest = slowest_tests(directory)
     if slowest:
         lines.append("slowest tests (setup + call + teardown):")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -184,6 +185,40 @@ def test_time_records_the_wall_time_and_returns_the_commands_status(tmp_path, co
 def test_time_measures_the_commands_own_duration(tmp_path):
     ci_timing.time_command(tmp_path, "syntax", python("import time; time.sleep(0.3)"))
     assert json.loads((tmp_path / "syntax.json").read_text())["seconds"] >= 0.3
+
+
+def test_time_records_the_cpu_seconds_of_the_command_and_of_its_children(tmp_path, capsys):
+    """A command that burns CPU in a child it waits for (about 0.4 s) and one that sleeps (none)."""
+    burn = "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass"
+    ci_timing.time_command(tmp_path, "pytest", python(
+        f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}], check=True)"))
+    busy = json.loads((tmp_path / "pytest.json").read_text())
+    assert 0.4 <= busy["cpu_seconds"] < 5
+    line = capsys.readouterr().out.strip()
+    assert re.fullmatch(r"ci_timing: pytest ended: exit 0 after [\d.]+ s, CPU [\d.]+ s \([\d.]+ cores\)",
+                        line)
+    assert ci_timing.STAGE_ENDED.match(line)["stage"] == "pytest"
+    ci_timing.time_command(tmp_path, "syntax", python("import time; time.sleep(0.5)"))
+    idle = json.loads((tmp_path / "syntax.json").read_text())
+    assert idle["seconds"] >= 0.5
+    assert idle["cpu_seconds"] < 0.4
+
+
+def test_the_summary_lists_each_timed_commands_cpu_seconds_and_cores(tmp_path):
+    directory = write_timing(tmp_path, lint=(40.0, 0), syntax=(10.0, 0), pytest_run=(625.0, 1),
+                             report=full_report())
+    for stage, cpu in (("lint", 60.0), ("pytest", 1187.5)):
+        record = json.loads((directory / f"{stage}.json").read_text())
+        (directory / f"{stage}.json").write_text(json.dumps({**record, "cpu_seconds": cpu}))
+    summary = ci_timing.render_summary(directory).splitlines()
+    start = summary.index("  total           675.0 s") + 1
+    assert summary[start:start + 4] == [
+        "CPU seconds of each timed command (its processes, the fleet's hosts too):",
+        "  lint             60.0 s  in 40.0 s (1.50 cores)",  # syntax's record has none: no row
+        "  pytest         1187.5 s  in 625.0 s (1.90 cores)",
+        "slowest tests (setup + call + teardown):"]
+    # a log of it still parses to the stages' seconds, not the CPU rows
+    assert ci_timing.parse_log("\n".join(summary))["stages"]["lint"] == 40.0
 
 
 def test_time_without_a_command_is_refused(tmp_path, capsys):
