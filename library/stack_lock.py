@@ -10,7 +10,8 @@ description:
     it was installed from. C(playbooks/snapshot.yml) writes one, C(playbooks/reproduce.yml) installs a host
     to match one, C(playbooks/verify.yml) reports drift from one.
   - O(action=build) returns a lock built from O(facts) (collected on a host) and the wheel store listing.
-  - O(action=compare) validates O(lock) and returns the drift between it and O(facts).
+  - O(action=compare) validates O(lock) and returns the drift between it and O(facts), and what
+    playbooks/reproduce.yml reinstalls to put it back (RV(repair)).
   - O(action=check_wheels) validates O(lock) and lists the distributions whose wheels are missing from
     O(wheel_store) (the kernel's from O(kernel_store)) or differ from the recorded sha256; with
     O(fail_on_missing) it fails naming them. It returns the controller path of every usable wheel.
@@ -112,6 +113,22 @@ drift:
     message:
       description: The difference in words.
       type: str
+repair:
+  description: What playbooks/reproduce.yml reinstalls to put the host back onto O(lock).
+  returned: when action is compare
+  type: dict
+  contains:
+    reinstall:
+      description:
+        - The locked distributions that differ - not installed, another version, or the same version
+          from other files (which C(uv pip sync) alone keeps).
+      type: list
+      elements: str
+    in_place:
+      description:
+        - Whether the stack in use is the lock's own (the same name) and all of its drift is in its
+          distributions, so the wheels of RV(repair.reinstall) are the only ones the install needs.
+      type: bool
 pylock:
   description:
     - The same lock as PEP 751 text (C(pylock.<name>.toml)) - every distribution with a kept wheel, each wheel
@@ -164,6 +181,7 @@ from ansible.module_utils.stack_lock import (
     build_lock,
     drift,
     hashed_requirements,
+    repair,
     store_listing,
     validate_lock,
     wanted_by_facts,
@@ -252,7 +270,8 @@ def run(module):
     except LockError as exc:
         module.fail_json(msg=str(exc))
     if params["action"] == "compare":
-        module.exit_json(changed=False, drift=drift(lock, params["facts"]))
+        found = drift(lock, params["facts"])
+        module.exit_json(changed=False, drift=found, repair=repair(lock, params["facts"], found))
     wanted = wanted_by_lock(lock)
     fingerprint = (lock.get("sgl_kernel") or {}).get("build_fingerprint")
     usable, missing = wheel_sources(lock, _listing(module, params["wheel_store"], wanted, "wheel_store"),

@@ -173,6 +173,27 @@ def drift(lock, current):
     return found
 
 
+# Tracked facts of the stack that follow from its distributions: reinstalling the drifted distributions
+# puts them back (the kernel's build record is written again by every reproduce install).
+FOLLOW_DISTRIBUTIONS = ("torch.version", "torch.git_version", "sgl_kernel.version",
+                        "sgl_kernel.build_fingerprint", "sglang.version")
+_DISTRIBUTION = "distribution "
+
+
+def repair(lock, current, found):
+    """What reproduce.yml reinstalls to put the host back onto ``lock``, from its ``drift`` (``found``):
+    {"reinstall": the locked distributions that differ (not installed, another version, or the same
+    version from other files, which `uv pip sync` alone keeps), "in_place": the stack in use is the
+    lock's own (same name) and all of its drift is in its distributions, so the wheels of ``reinstall``
+    are the only ones the install needs; otherwise every wheel of the lock is}."""
+    reinstall = [entry["item"][len(_DISTRIBUTION):] for entry in found
+                 if entry["item"].startswith(_DISTRIBUTION) and entry["locked"] is not None]
+    in_place = _get(current, "stack.name") == lock["stack"]["name"] and all(
+        entry["scope"] == "host" or entry["item"].startswith(_DISTRIBUTION)
+        or entry["item"] in FOLLOW_DISTRIBUTIONS for entry in found)
+    return {"reinstall": reinstall, "in_place": in_place}
+
+
 def missing_wheels(lock, store, kernel_store=None):
     """Distributions of ``lock`` that cannot be reinstalled from ``store`` ({file: sha256}), as messages:
     no wheel recorded, the wheel file gone, or present with another sha256. ``kernel_store`` (the

@@ -17,6 +17,7 @@ from ansible.module_utils.stack_lock import (
     hashed_requirements,
     missing_wheels,
     parse_wheel_filename,
+    repair,
     store_listing,
     validate_lock,
     wanted_by_facts,
@@ -237,3 +238,44 @@ def test_store_listing_hashes_only_the_wanted_wheels(tmp_path, lock):
     assert sorted(store_listing(str(tmp_path), digest, wanted_by_facts(FACTS))) == wanted
     assert sorted(hashed) == wanted
     assert sorted(store_listing(str(tmp_path), digest, wanted_by_lock(lock))) == wanted
+
+
+@pytest.mark.parametrize(("edit", "reinstall", "in_place"), [
+    (lambda f: None, [], True),
+    (lambda f: f["distributions"][0].update(version="1.16.0"), ["six"], True),
+    # the same version from other files: uv pip sync alone keeps it, so it is named for a reinstall
+    (lambda f: f["distributions"][0].update(record_sha256=SHA_C), ["six"], True),
+    (lambda f: f["distributions"].pop(0), ["six"], True),
+    # installed but not in the lock: the sync removes it, no wheel needed
+    (lambda f: f["distributions"].append({"name": "Extra_Pkg", "version": "1"}), [], True),
+    # torch.version drifts with the torch distribution: both go with the reinstall
+    (lambda f: (f["torch"].update(version="2.15.0"), f["distributions"][1].update(version="2.15.0")),
+     ["torch"], True),
+    (lambda f: (f["distributions"][0].update(version="1.16.0"), f["distributions"][1].update(version="2")),
+     ["six", "torch"], True),
+    # the host's own drift (the driver) is not the stack's: still in place
+    (lambda f: (f["driver"].update(version="580.95"), f["distributions"][0].update(version="1.16.0")),
+     ["six"], True),
+    # drift a sync cannot put back, or another stack in use: every wheel of the lock
+    (lambda f: (f["stack"].update(python="3.11.2"), f["distributions"][0].update(version="1.16.0")),
+     ["six"], False),
+    (lambda f: f.update(target_capabilities=["12.0", "10.0"]), [], False),
+    (lambda f: f["stack"].update(fingerprint="f" * 64), [], False),
+    (lambda f: f["stack"].update(name="stable-fedcba987654"), [], False),
+    (lambda f: (f["stack"].update(name="stable-fedcba987654"), f["distributions"].pop(1)), ["torch"], False),
+])
+def test_repair_names_what_to_reinstall_and_whether_the_stack_in_use_is_mended_in_place(
+        lock, edit, reinstall, in_place):
+    current = copy.deepcopy(FACTS)
+    edit(current)
+    assert repair(lock, current, drift(lock, current)) == {"reinstall": reinstall, "in_place": in_place}
+
+
+@pytest.mark.parametrize(("item", "in_place"), [
+    ("torch.version", True), ("torch.git_version", True), ("sgl_kernel.version", True),
+    ("sgl_kernel.build_fingerprint", True), ("sglang.version", True),
+    ("stack.fingerprint", False), ("stack.python", False), ("target_capabilities", False),
+])
+def test_repair_in_place_only_for_stack_facts_that_follow_the_distributions(lock, item, in_place):
+    found = [{"item": item, "locked": "a", "found": "b", "scope": "stack", "message": "m"}]
+    assert repair(lock, FACTS, found) == {"reinstall": [], "in_place": in_place}

@@ -239,21 +239,35 @@ def test_a_second_reproduce_changes_nothing(fleet_stack, reproduced):
     assert result.stats["changed"].get(host, 0) == 0, changed_tasks(result, host)
 
 
+COPY_WHEELS = "Copy the lock's wheels from the controller's caches (only the drifted ones, mending in place)"
+
+
 def test_a_hand_change_on_the_reproduced_host_is_drift_and_reproduce_puts_it_back(fleet, fleet_stack,
                                                                                   reproduced, tmp_path):
+    """Two hand changes in the stack in use: filelock replaced by another version, and typing-extensions'
+    RECORD changed (as a reinstall of the same version from other files leaves it, which `uv pip sync`
+    alone keeps). reproduce mends the stack in place: it copies the two drifted distributions' wheels
+    only (not the lock's whole 5 GB) and reinstalls both; verify then finds no drift."""
     host = reproduced["host"]
-    locked = next(d["version"] for d in yaml.safe_load(reproduced["path"].read_text())["distributions"]
-                  if d["name"] == "filelock")
+    distributions = yaml.safe_load(reproduced["path"].read_text())["distributions"]
+    locked = {d["name"]: d["version"] for d in distributions}
     pip_download([OTHER_FILELOCK])
+    site = f"{fleet_stack.root}/current/lib/python3.11/site-packages"
     fleet.ssh(host, f"{UV_BIN} pip install --python "
                     f"{fleet_stack.root}/current/bin/python --no-index --find-links {fleet.wheelhouse_url} "
-                    f"{OTHER_FILELOCK}")
+                    f"{OTHER_FILELOCK} && echo 'typing_extensions_by_hand.py,,' "
+                    f">> {site}/typing_extensions-{locked['typing-extensions']}.dist-info/RECORD")
     _result, checks = verify(fleet_stack, tmp_path, reproduced["path"], limit=host)
     drift = checks[host]["drift"]
     assert drift["status"] == "fail"
-    assert drift["detail"] == f"filelock is {OTHER_FILELOCK.split('==')[1]}, the lock has {locked}"
+    assert drift["detail"] == (
+        f"filelock is {OTHER_FILELOCK.split('==')[1]}, the lock has {locked['filelock']}; "
+        f"typing-extensions {locked['typing-extensions']} was reinstalled from other files (its RECORD "
+        "differs from the lock's)")
     result = reproduce(fleet_stack, reproduced["path"], [host])
     assert result.rc == 0, result.stdout[-4000:]
+    copied = sorted(item["item"]["name"] for item in result.task(host, COPY_WHEELS)["results"])
+    assert copied == ["filelock", "typing-extensions"]
     assert fleet_stack.current(host) == reproduced["stack"]
     _result, checks = verify(fleet_stack, tmp_path, reproduced["path"], limit=host)
     assert checks[host]["drift"]["status"] == "ok", checks[host]["drift"]
