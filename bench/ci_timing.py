@@ -11,7 +11,8 @@ there as NAME-report.json (`--timing-json`, tests/conftest.py). `summary` adds t
 their time by stage: fleet = tests/integration/fleet/ and tests/molecule/, integration = the rest of
 tests/integration/, unit = tests/unit/; what no test accounts for (start-up, collection, session-fixture
 teardown) is its own row. `time` ends with a line naming the stage, its exit status, seconds and CPU
-seconds; `parse` adds up the pytest counts of each pytest run it names.
+seconds; `parse` adds up the pytest counts of each pytest run it names. The summary also lists the tests
+that used the most CPU seconds (their processes on this machine; a fleet host's are not counted).
 
 A stage's CPU seconds are those of the processes its command started and waited for, theirs in turn
 included (getrusage RUSAGE_CHILDREN): the fleet's hosts count (each host's processes are waited for by
@@ -183,6 +184,13 @@ def slowest_tests(directory: Path, count: int = SLOWEST) -> List[dict]:
     return sorted(tests, key=lambda test: (-test["seconds"], test["nodeid"]))[:count]
 
 
+def most_cpu_tests(directory: Path, count: int = SLOWEST) -> List[dict]:
+    """The ``count`` tests that used the most CPU seconds (tests/conftest.py TestCPU); none from reports
+    written before tests' CPU was recorded."""
+    tests = [test for report in _reports(directory) for test in report["tests"] if "cpu_seconds" in test]
+    return sorted(tests, key=lambda test: (-test["cpu_seconds"], test["nodeid"]))[:count]
+
+
 def render_summary(directory: Path) -> str:
     totals = stage_totals(directory)
     lines = [SUMMARY_TITLE, f"  {'stage':<13}{'seconds':>10}  {'tests':>6}  {'failed':>6}"]
@@ -215,6 +223,12 @@ def render_summary(directory: Path) -> str:
         lines.append("slowest tests (setup + call + teardown):")
         lines += [f"  {test['seconds']:>8.1f} s  {stage_of(test['nodeid']):<11}  {test['nodeid']}"
                   + ("" if test["outcome"] == "passed" else f"  [{test['outcome']}]") for test in slowest]
+    most_cpu = most_cpu_tests(directory)
+    if most_cpu:
+        lines.append("most CPU (setup + call + teardown: the test's processes on this machine, not a fleet "
+                     "host's):")
+        lines += [f"  {test['cpu_seconds']:>8.1f} s  {stage_of(test['nodeid']):<11}  {test['nodeid']}"
+                  for test in most_cpu]
     drops = disk_drops(directory)
     if drops:
         lines.append("the free disk fell most while these ran (GiB, summed over the run):")

@@ -24,7 +24,10 @@
   stage and prints the slowest tests. It also samples the free disk of the filesystem that holds the
   test cache and the fleet hosts' layers (every 5 s, in a thread) and records the least seen and the
   tests that were running then (both lanes), and a trace point each time it moved by 1 GiB: the fleet
-  tests' stacks are GBs a host, and a CI machine ran out of disk.
+  tests' stacks are GBs a host, and a CI machine ran out of disk. And each test's CPU seconds
+  (``TestCPU``: those of the process that ran it and of the processes it waited for; a fleet host's
+  processes are not among them), which ``summary`` lists beside the slowest tests: on a CPU-bound run
+  wall time says what waited, CPU seconds what to cut.
 - At the start of a session, the temporary directories of killed sessions (pytest keeps them three
   days) are removed: ``killed_sessions_tmp``.
 - Bytecode goes to the test cache (``bytecode_cache``), whatever ``PYTHONDONTWRITEBYTECODE`` says.
@@ -35,6 +38,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -174,9 +178,41 @@ def pytest_configure(config):
         if BYTECODE_CACHE is not None:  # ours, not a prefix the caller shares with other work
             prune_bytecode_cache(BYTECODE_CACHE)
     path = config.getoption("timing_json")
+    # what runs the tests measures them: an xdist worker, or pytest without workers
+    if path and (hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None)):
+        config.pluginmanager.register(TestCPU(), "test-cpu")
     # under xdist the controller gets every worker's reports: only it writes
     if path and not hasattr(config, "workerinput"):
         config.pluginmanager.register(TimingReport(Path(path)), "timing-json")
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of the children it has waited for (theirs in turn included)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+class TestCPU:
+    """Adds each phase's CPU seconds to its report (``user_properties``, which xdist sends to the
+    controller): from the test's start or its last phase's report to this one. What a test waited for
+    counts (ansible-playbook and its forks, a module run on this machine, nvcc, uv); a daemon it left
+    running, and a fleet host's processes (their init reaps them), do not."""
+
+    __test__ = False  # not a test class, whatever its name
+
+    def __init__(self) -> None:
+        self.mark = cpu_seconds()
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        self.mark = cpu_seconds()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        report = yield
+        now = cpu_seconds()
+        report.user_properties.append(("cpu_seconds", round(now - self.mark, 3)))
+        self.mark = now
+        return report
 
 
 DISK_SAMPLE_SECONDS = 5.0
@@ -201,6 +237,7 @@ class TimingReport:
         self.collect_errors: list = []
         self.last_nodeid = None
         self.session_teardown_seconds = 0.0
+        self.session_teardown_cpu_seconds = 0.0
         self.current = "(collection)"
         self.running: list = []  # the tests running now (under xdist, one per worker)
         self.disk_path = cache_root()
@@ -252,12 +289,16 @@ class TimingReport:
 
     def pytest_runtest_logreport(self, report):
         test = self.tests.setdefault(report.nodeid, {"nodeid": report.nodeid, "outcome": "passed",
-                                                     "setup": 0.0, "call": 0.0, "teardown": 0.0})
+                                                     "setup": 0.0, "call": 0.0, "teardown": 0.0,
+                                                     "cpu_seconds": 0.0})
         duration = report.duration
+        cpu = dict(report.user_properties).get("cpu_seconds", 0.0)
         if report.when == "teardown" and report.nodeid == self.last_nodeid:
             self.session_teardown_seconds += duration
-            duration = 0.0
+            self.session_teardown_cpu_seconds += cpu
+            duration = cpu = 0.0
         test[report.when] += duration
+        test["cpu_seconds"] = round(test["cpu_seconds"] + cpu, 3)
         if report.failed:
             test["outcome"] = "failed" if report.when == "call" else "error"
         elif report.skipped and test["outcome"] == "passed":
@@ -272,6 +313,7 @@ class TimingReport:
             "wall_seconds": round(time.monotonic() - self.started, 3),
             "collect_seconds": round(self.collect_seconds, 3),
             "session_teardown_seconds": round(self.session_teardown_seconds, 3),
+            "session_teardown_cpu_seconds": round(self.session_teardown_cpu_seconds, 3),
             "exitstatus": int(exitstatus),
             "collect_errors": self.collect_errors,
             "disk": self.disk,

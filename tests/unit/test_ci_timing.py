@@ -323,6 +323,27 @@ def test_summary_of_a_full_run(tmp_path):
                            for n in (0, 1, 10, 11, 2)]
 
 
+def test_summary_lists_the_tests_that_used_the_most_cpu(tmp_path):
+    report = full_report()
+    cpu = {"tests/integration/test_i.py::test_slow": 25.0,
+           "tests/integration/fleet/test_f.py::test_site": 140.0, "tests/unit/test_u.py::test_3": 0.4,
+           "tests/unit/test_u.py::test_4": 0.4}
+    for test in report["tests"]:
+        if test["nodeid"] in cpu:  # the others: records of a report from before CPU was recorded
+            test["cpu_seconds"] = cpu[test["nodeid"]]
+    summary = ci_timing.render_summary(write_timing(tmp_path, report=report)).splitlines()
+    block = summary.index("most CPU (setup + call + teardown: the test's processes on this machine, not a "
+                          "fleet host's):")
+    assert summary[block + 1:block + 5] == [
+        "     140.0 s  fleet        tests/integration/fleet/test_f.py::test_site",
+        "      25.0 s  integration  tests/integration/test_i.py::test_slow",
+        "       0.4 s  unit         tests/unit/test_u.py::test_3",  # ties in node id order
+        "       0.4 s  unit         tests/unit/test_u.py::test_4",
+    ]
+    assert len(summary) == block + 5 or not summary[block + 5].startswith("  ")
+    assert "most CPU" not in ci_timing.render_summary(write_timing(tmp_path / "old", report=full_report()))
+
+
 def test_summary_ends_with_the_least_free_disk_and_the_test_running_then(tmp_path):
     disk = {"path": "/var/tmp/cache", "start_free_gb": 45.25, "least_free_gb": 9.8,
             "least_during": "tests/integration/fleet/test_f.py::test_site", "end_free_gb": 44.0}
@@ -502,6 +523,19 @@ PLUGIN_TESTS = {
         def test_slow(shared):
             time.sleep(0.2)
     """,
+    "tests/unit/test_cpu.py": """
+        import subprocess
+        import sys
+        import time
+
+        BURN = "import time\\nend = time.process_time() + 0.3\\nwhile time.process_time() < end: pass"
+
+        def test_burns_in_a_child():
+            subprocess.run([sys.executable, "-c", BURN], check=True)
+
+        def test_sleeps():
+            time.sleep(0.3)
+    """,
     "tests/unit/test_gone.py": """
         import a_module_that_does_not_exist
     """,
@@ -550,6 +584,26 @@ def test_the_plugin_writes_each_tests_phases_and_keeps_the_session_teardown_apar
     assert data["collect_errors"] == ["tests/unit/test_gone.py"]
     assert data["wall_seconds"] >= 0.6
     assert data["collect_seconds"] > 0
+    assert_cpu_seconds(tests)
+
+
+def assert_cpu_seconds(tests: dict) -> None:
+    """A child's CPU counts for the test that waited for it; a sleep is no CPU."""
+    assert tests["tests/unit/test_cpu.py::test_burns_in_a_child"]["cpu_seconds"] >= 0.28
+    assert tests["tests/unit/test_cpu.py::test_sleeps"]["cpu_seconds"] < 0.1
+
+
+def test_under_xdist_each_tests_cpu_seconds_reach_the_report(tmp_path):
+    (tmp_path / "tests" / "unit").mkdir(parents=True)
+    (tmp_path / "tests/unit/test_cpu.py").write_text(textwrap.dedent(PLUGIN_TESTS["tests/unit/test_cpu.py"]))
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    report = tmp_path / "report.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "tests")}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider",
+                          "-p", "no:hypothesispytest", f"--timing-json={report}", "-q", "-n", "2"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert_cpu_seconds({test["nodeid"]: test for test in json.loads(report.read_text())["tests"]})
 
 
 def test_under_loadgroup_the_fleet_tests_run_in_two_lanes_and_own_fleet_modules_whole_after_them(tmp_path):
