@@ -12,7 +12,8 @@ their time by stage: fleet = tests/integration/fleet/ and tests/molecule/, integ
 tests/integration/, unit = tests/unit/; what no test accounts for (start-up, collection, session-fixture
 teardown) is its own row. `time` ends with a line naming the stage, its exit status, seconds and CPU
 seconds; `parse` adds up the pytest counts of each pytest run it names. The summary also lists the tests
-that used the most CPU seconds (their processes on this machine; a fleet host's are not counted).
+that used the most CPU seconds (their processes on this machine; a fleet host's are not counted), and the
+machine's CPU seconds over each pytest run: busy, idle, waiting on I/O, stolen (CPU-bound, or waiting?).
 
 A stage's CPU seconds are those of the processes its command started and waited for, theirs in turn
 included (getrusage RUSAGE_CHILDREN): the fleet's hosts count (each host's processes are waited for by
@@ -112,6 +113,19 @@ def cpu_rows(directory: Path) -> List[str]:
         if record is not None and "cpu_seconds" in record:
             rows.append(f"  {stage:<13}{record['cpu_seconds']:>8.1f} s  in {record['seconds']:.1f} s"
                         f"{_cores(record['cpu_seconds'], record['seconds'])}")
+    return rows
+
+
+def machine_rows(directory: Path) -> List[str]:
+    """One row per pytest run whose report has the machine's CPU over the run (tests/conftest.py): the
+    seconds its cores were busy, idle, idle waiting on I/O and stolen by the hypervisor."""
+    rows = []
+    for name in pytest_runs(directory):
+        machine = (_read_json(directory / f"{name}-report.json") or {}).get("machine_cpu")
+        if machine:
+            rows.append(f"  {name:<13}{machine['busy']:>8.1f} s busy, {machine['idle']:.1f} idle, "
+                        f"{machine['iowait']:.1f} waiting on I/O, {machine['steal']:.1f} stolen "
+                        f"({machine['cores']} cores)")
     return rows
 
 
@@ -218,6 +232,10 @@ def render_summary(directory: Path) -> str:
     if cpu:
         lines.append("CPU seconds of each timed command (its processes, the fleet's hosts too):")
         lines += cpu
+    machine = machine_rows(directory)
+    if machine:
+        lines.append("the machine's CPU seconds while each pytest run ran (all its processes; /proc/stat):")
+        lines += machine
     slowest = slowest_tests(directory)
     if slowest:
         lines.append("slowest tests (setup + call + teardown):")

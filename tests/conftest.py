@@ -27,7 +27,8 @@
   tests' stacks are GBs a host, and a CI machine ran out of disk. And each test's CPU seconds
   (``TestCPU``: those of the process that ran it and of the processes it waited for; a fleet host's
   processes are not among them), which ``summary`` lists beside the slowest tests: on a CPU-bound run
-  wall time says what waited, CPU seconds what to cut.
+  wall time says what waited, CPU seconds what to cut. And the machine's CPU over the run (/proc/stat:
+  busy, idle, waiting on I/O, stolen), which says whether the run was CPU-bound or waited.
 - At the start of a session, the temporary directories of killed sessions (pytest keeps them three
   days) are removed: ``killed_sessions_tmp``.
 - Bytecode goes to the test cache (``bytecode_cache``), whatever ``PYTHONDONTWRITEBYTECODE`` says.
@@ -186,6 +187,24 @@ def pytest_configure(config):
         config.pluginmanager.register(TimingReport(Path(path)), "timing-json")
 
 
+MACHINE_CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def machine_cpu(stat: Path = Path("/proc/stat")) -> dict | None:
+    """The machine's CPU seconds since boot, summed over its cores: busy (user, nice, system, irq, softirq),
+    idle, iowait (idle with I/O outstanding) and steal (taken by the hypervisor); None without
+    /proc/stat."""
+    try:
+        fields = stat.read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    ticks = dict(zip(MACHINE_CPU_FIELDS, (int(value) / os.sysconf("SC_CLK_TCK") for value in fields[1:])))
+    busy = sum(ticks.get(name, 0.0) for name in ("user", "nice", "system", "irq", "softirq"))
+    return {"busy": busy, **{name: ticks.get(name, 0.0) for name in ("idle", "iowait", "steal")}}
+
+
 def cpu_seconds() -> float:
     """CPU seconds of this process and of the children it has waited for (theirs in turn included)."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -240,6 +259,7 @@ class TimingReport:
         self.session_teardown_cpu_seconds = 0.0
         self.current = "(collection)"
         self.running: list = []  # the tests running now (under xdist, one per worker)
+        self.machine_start = machine_cpu()
         self.disk_path = cache_root()
         self.disk = {"path": str(self.disk_path), "start_free_gb": _free_gb(self.disk_path)}
         self.disk.update(least_free_gb=self.disk["start_free_gb"], least_during=self.current)
@@ -308,6 +328,11 @@ class TimingReport:
         self.stop.set()
         self._note_disk()
         self.disk["end_free_gb"] = _free_gb(self.disk_path)
+        machine_end = machine_cpu()
+        machine = None
+        if self.machine_start is not None and machine_end is not None:
+            machine = {"cores": os.cpu_count(),
+                       **{key: round(machine_end[key] - self.machine_start[key], 1) for key in machine_end}}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps({
             "wall_seconds": round(time.monotonic() - self.started, 3),
@@ -318,5 +343,6 @@ class TimingReport:
             "collect_errors": self.collect_errors,
             "disk": self.disk,
             "disk_trace": self.disk_trace,
+            "machine_cpu": machine,
             "tests": list(self.tests.values()),
         }, indent=1) + "\n")

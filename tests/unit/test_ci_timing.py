@@ -344,6 +344,32 @@ def test_summary_lists_the_tests_that_used_the_most_cpu(tmp_path):
     assert "most CPU" not in ci_timing.render_summary(write_timing(tmp_path / "old", report=full_report()))
 
 
+def test_summary_gives_the_machines_cpu_over_each_pytest_run(tmp_path):
+    machine = {"cores": 2, "busy": 2662.04, "idle": 133.0, "iowait": 186.3, "steal": 0.0}
+    summary = ci_timing.render_summary(write_timing(tmp_path, report=full_report(machine_cpu=machine)))
+    lines = summary.splitlines()
+    row = lines.index("the machine's CPU seconds while each pytest run ran (all its processes; /proc/stat):")
+    assert lines[row + 1] == ("  pytest         2662.0 s busy, 133.0 idle, 186.3 waiting on I/O, 0.0 stolen "
+                              "(2 cores)")
+    # a report without the record (written before it was kept, or on a machine without /proc/stat)
+    for report in (full_report(), full_report(machine_cpu=None)):
+        old = ci_timing.render_summary(write_timing(tmp_path / "old", report=report))
+        assert "the machine's CPU" not in old
+
+
+def test_the_machines_cpu_is_read_from_proc_stat_in_seconds(tmp_path):
+    conftest = load_conftest()
+    stat = tmp_path / "stat"
+    tick = os.sysconf("SC_CLK_TCK")
+    stat.write_text(f"cpu  {10 * tick} {1 * tick} {4 * tick} {100 * tick} {7 * tick} {2 * tick} {3 * tick} "
+                    f"{5 * tick} 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\nintr 1\n")
+    assert conftest.machine_cpu(stat) == {"busy": 20.0, "idle": 100.0, "iowait": 7.0, "steal": 5.0}
+    stat.write_text("intr 1\n")
+    assert conftest.machine_cpu(stat) is None
+    assert conftest.machine_cpu(tmp_path / "missing") is None
+    assert conftest.machine_cpu()["busy"] > 0  # this machine's
+
+
 def test_summary_ends_with_the_least_free_disk_and_the_test_running_then(tmp_path):
     disk = {"path": "/var/tmp/cache", "start_free_gb": 45.25, "least_free_gb": 9.8,
             "least_during": "tests/integration/fleet/test_f.py::test_site", "end_free_gb": 44.0}
@@ -585,6 +611,10 @@ def test_the_plugin_writes_each_tests_phases_and_keeps_the_session_teardown_apar
     assert data["wall_seconds"] >= 0.6
     assert data["collect_seconds"] > 0
     assert_cpu_seconds(tests)
+    machine = data["machine_cpu"]
+    assert machine["cores"] == os.cpu_count()
+    assert machine["busy"] >= 0.3  # at least the child's burn
+    assert set(machine) == {"cores", "busy", "idle", "iowait", "steal"}
 
 
 def assert_cpu_seconds(tests: dict) -> None:
