@@ -50,7 +50,7 @@ from pathlib import Path
 import ansible.module_utils
 import pytest
 from cache import cache_root
-from fleet.system import mounts_under
+from fleet.system import mounts_under, reaped_cpu_seconds
 from tiers import extended
 from workorder import OWN_FLEET_MODULES, SlowestFirst, SlowestFirstFileScheduling, fleet_lane, fleet_module
 from xdist.scheduler import LoadGroupScheduling
@@ -206,16 +206,18 @@ def machine_cpu(stat: Path = Path("/proc/stat")) -> dict | None:
 
 
 def cpu_seconds() -> float:
-    """CPU seconds of this process and of the children it has waited for (theirs in turn included)."""
+    """CPU seconds of this process and of the children it has waited for (theirs in turn included), less
+    those of the test fleets it launched and tore down (their hosts are reaped at teardown: a fleet's
+    whole life, not the tearing-down test's CPU)."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime - reaped_cpu_seconds()
 
 
 class TestCPU:
     """Adds each phase's CPU seconds to its report (``user_properties``, which xdist sends to the
     controller): from the test's start or its last phase's report to this one. What a test waited for
     counts (ansible-playbook and its forks, a module run on this machine, nvcc, uv); a daemon it left
-    running, and a fleet host's processes (their init reaps them), do not."""
+    running, and a fleet host's processes, do not (cpu_seconds)."""
 
     __test__ = False  # not a test class, whatever its name
 

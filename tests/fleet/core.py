@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import shutil
 import socket
 import sys
@@ -144,6 +145,8 @@ class Fleet:
                  for i, n in enumerate(names)]
         state = State(self.name, {
             "name": self.name, "phase": "starting", "created": time.time(), "owner": owner,
+            # the process whose children the hosts' launchers are (system.note_reaped_cpu)
+            "launched_by": {"pid": os.getpid(), "start": start_time(os.getpid())},
             "subnet": str(subnet), "controller_ip": str(addresses[0]), "bridge": net.bridge_name(self.name),
             "cgroups": [str(r) for r in cgroup_roots], "base": str(base),
             "cuda_home": str(cuda_home) if cuda_home else None, "hosts": hosts,

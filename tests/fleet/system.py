@@ -181,6 +181,40 @@ def wait_cgroups_empty(roots: Iterable[Path], timeout: float) -> bool:
     return True
 
 
+# CPU seconds of the fleets this process launched and tore down, each read from its cgroup2 cpu.stat just
+# before its cgroups went: their processes were this process's descendants, so the kernel added their CPU
+# to its RUSAGE_CHILDREN when their launchers were reaped, at teardown. tests/conftest.py TestCPU takes it
+# out of the test that happened to tear a fleet down (a fleet's whole life is not that test's CPU).
+_REAPED_CPU = {"seconds": 0.0}
+
+
+def cgroup_cpu_seconds(group: Path) -> Optional[float]:
+    """The CPU seconds a cgroup2 group and its descendants used (cpu.stat usage_usec); None elsewhere."""
+    try:
+        for line in (group / "cpu.stat").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "usage_usec":
+                return int(value) / 1e6
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def note_reaped_cpu(roots: Iterable[Path]) -> None:
+    """Add the CPU of a stopped fleet's cgroups (the first that reports it: one hierarchy) to
+    ``reaped_cpu_seconds``."""
+    for root in roots:
+        seconds = cgroup_cpu_seconds(root)
+        if seconds is not None:
+            _REAPED_CPU["seconds"] += seconds
+            return
+
+
+def reaped_cpu_seconds() -> float:
+    """CPU seconds of the fleets this process launched, stopped and reaped so far (note_reaped_cpu)."""
+    return _REAPED_CPU["seconds"]
+
+
 def remove_cgroups(roots: Iterable[Path]) -> List[str]:
     """Remove the cgroup subtrees, deepest first; return what could not be removed and why."""
     errors = []

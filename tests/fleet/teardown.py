@@ -25,9 +25,11 @@ from .system import (
     is_alive,
     kill_cgroups,
     mounts_mentioning,
+    note_reaped_cpu,
     remove_cgroups,
     run,
     signal_process,
+    start_time,
     wait_cgroups_empty,
 )
 
@@ -72,6 +74,9 @@ def teardown(state: State) -> None:
     for h in data.get("hosts", []):
         if not _host_running(h):
             attempt("nspawn runtime directory", _remove_dir, _propagate_dir(h))
+    launcher = data.get("launched_by") or {}
+    if launcher.get("pid") == os.getpid() and launcher.get("start") == start_time(os.getpid()):
+        note_reaped_cpu(roots)  # its hosts were this process's descendants, reaped just above
     errors += attempt("removing cgroups", remove_cgroups, roots) or []
     for h in data.get("hosts", []):
         attempt(f"deleting {h.get('veth')}", net.delete_link, h.get("veth"))  # both ends, even if pinned

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import cache
 import pytest
-from fleet import Fleet, FleetError, net
+from fleet import Fleet, FleetError, net, system
 from fleet import host as hostlib
 from fleet.base import apt_mirror, base_key, base_spec
 from fleet.state import check_hostnames, check_name
@@ -203,3 +203,20 @@ def test_unknown_host_is_a_fleet_error(tmp_path, monkeypatch):
         Fleet("x").testinfra("x-1")
 
 
+
+
+def test_a_cgroups_cpu_is_read_from_cpu_stat_and_noted_once_per_fleet(tmp_path, monkeypatch):
+    monkeypatch.setattr(system, "_REAPED_CPU", {"seconds": 0.0})
+    v2, v1, broken = tmp_path / "unified", tmp_path / "systemd", tmp_path / "broken"
+    for group in (v2, v1, broken):
+        group.mkdir()
+    (v2 / "cpu.stat").write_text("usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n")
+    (broken / "cpu.stat").write_text("user_usec 1\n")
+    assert system.cgroup_cpu_seconds(v2) == 2.5
+    assert system.cgroup_cpu_seconds(v1) is None  # a v1 hierarchy's group has no cpu.stat
+    assert system.cgroup_cpu_seconds(broken) is None
+    # a fleet sits in both hierarchies: its CPU counts once, from the one that reports it
+    system.note_reaped_cpu([v1, v2, v2])
+    assert system.reaped_cpu_seconds() == 2.5
+    system.note_reaped_cpu([v1])
+    assert system.reaped_cpu_seconds() == 2.5

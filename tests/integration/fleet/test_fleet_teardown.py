@@ -10,6 +10,7 @@ import copy
 import errno
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -22,7 +23,7 @@ from fleet import Fleet, FleetError, claims, core
 from fleet import host as hostlib
 from fleet import teardown as teardown_mod
 from fleet.state import fleets_root
-from fleet.system import CommandTimeout
+from fleet.system import CommandTimeout, reaped_cpu_seconds
 from fleet_present import NSPAWN_PROPAGATE, present
 
 pytestmark = pytest.mark.integration
@@ -66,6 +67,41 @@ def test_down_removes_everything_and_is_idempotent(fleet_base):
         assert present(recorded) == []
         assert not state_dir.exists()
         assert Fleet(fleet.name).down() is False
+    finally:
+        fleet.down()
+
+
+BURN = "python3 -c 'import time\nend = time.process_time() + 1.0\nwhile time.process_time() < end: pass'"
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def test_down_counts_the_cpu_of_the_hosts_it_reaps_for_the_fleets_this_process_launched(fleet_base):
+    """A host's processes are this process's descendants: their CPU reaches its RUSAGE_CHILDREN when
+    `down` reaps their launchers. `down` reads it from the fleet's cgroup first (reaped_cpu_seconds, which
+    tests/conftest.py TestCPU takes out of the test that tore the fleet down), and only for a fleet this
+    process launched (a killed session's fleet, removed by gc(), was another's)."""
+    fleet = Fleet(f"u{os.getpid() % 10**8}")
+    try:
+        for launched_here in (True, False):
+            fleet.up(1, owner_pid=os.getpid(), cuda=False)
+            fleet.ssh(fleet.hosts[0]["name"], BURN)  # a second of CPU on the host
+            if not launched_here:
+                fleet.state.data["launched_by"]["pid"] = 1
+                fleet.state.save()
+            children, reaped = children_cpu(), reaped_cpu_seconds()
+            assert fleet.down() is True
+            counted = reaped_cpu_seconds() - reaped
+            if launched_here:
+                assert counted >= 1.0, counted  # the burn, the boot
+                # what was counted is what the kernel added to this process's children on the reaping
+                assert children_cpu() - children >= 0.9 * counted, (children_cpu() - children, counted)
+            else:
+                assert counted == 0.0
+                assert children_cpu() - children >= 1.0  # reaped all the same: only the count is left out
     finally:
         fleet.down()
 
