@@ -50,7 +50,7 @@ from pathlib import Path
 import ansible.module_utils
 import pytest
 from cache import cache_root
-from fleet.system import mounts_under, reaped_cpu_seconds
+from fleet.system import children_cpu_seconds, mounts_under, reaped_cpu_seconds
 from tiers import extended
 from workorder import OWN_FLEET_MODULES, SlowestFirst, SlowestFirstFileScheduling, fleet_lane, fleet_module
 from xdist.scheduler import LoadGroupScheduling
@@ -209,8 +209,8 @@ def cpu_seconds() -> float:
     """CPU seconds of this process and of the children it has waited for (theirs in turn included), less
     those of the test fleets it launched and tore down (their hosts are reaped at teardown: a fleet's
     whole life, not the tearing-down test's CPU)."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime - reaped_cpu_seconds()
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime + children_cpu_seconds() - reaped_cpu_seconds()
 
 
 class TestCPU:

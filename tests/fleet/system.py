@@ -10,6 +10,7 @@ import contextlib
 import ctypes
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -208,6 +209,13 @@ def note_reaped_cpu(roots: Iterable[Path]) -> None:
         if seconds is not None:
             _REAPED_CPU["seconds"] += seconds
             return
+
+
+def children_cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process's children that have been waited for, and of theirs:
+    a fleet's hosts too, once `down` has reaped them."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def reaped_cpu_seconds() -> float:
