@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,12 +44,32 @@ class PlayResult:
                 for res in results if res["task"] == name}
 
 
+# Where every playbook the tests run finds the module payloads an earlier one built
+# (tests/callback_plugins/shared_payload_cache.py).
+PAYLOAD_CACHE = REPO_ROOT / ".cache" / "ansiballz"
+
+
+def prune_payload_cache(root: Path = PAYLOAD_CACHE, max_age: float = 86400.0) -> list[Path]:
+    """Remove the payload cache's keys (one per state of the module sources) unused for ``max_age``
+    seconds: each edit of a module or module_utils file makes a new one. Returns what was removed."""
+    removed = []
+    now = time.time()
+    for key in sorted(root.iterdir()) if root.is_dir() else ():
+        if key.is_dir() and now - key.stat().st_mtime > max_age:
+            shutil.rmtree(key, ignore_errors=True)
+            removed.append(key)
+    return removed
+
+
 def _env(extra: dict | None) -> dict:
     env = {"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
            "ANSIBLE_LIBRARY": str(REPO_ROOT / "library"),
            "ANSIBLE_MODULE_UTILS": str(REPO_ROOT / "module_utils"),
            "ANSIBLE_ROLES_PATH": str(REPO_ROOT / "roles"),
-           "ANSIBLE_NOCOLOR": "1"}
+           "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_CALLBACK_PLUGINS": str(REPO_ROOT / "tests" / "callback_plugins"),
+           "ANSIBLE_CALLBACKS_ENABLED": "shared_payload_cache",
+           "SGLANG_TEST_PAYLOAD_CACHE": str(PAYLOAD_CACHE)}
     env.update(extra or {})
     return env
 
@@ -59,7 +81,9 @@ def run_playbook(playbook: str | Path | list, inventory: str | Path | None = Non
     """Run a playbook (a path, or a list of plays) and collect per-host task results.
 
     ``on_event``: called with each ansible-runner event as it arrives (e.g. to kill the controller at a
-    given task); every event is still kept for the result."""
+    given task). Only the events a result is made of are kept (KEPT_EVENTS: each host's task and loop
+    item results, the play's stats): ansible-runner writes each kept event to a file and reads them all
+    back, and the others (a task's start, each host's start, each include) are about half of a play's."""
     inventory = str(inventory or REPO_ROOT / "inventory" / "local")
     with tempfile.TemporaryDirectory(prefix="ansible-runner-") as private:
         if isinstance(playbook, (str, Path)):
@@ -70,6 +94,12 @@ def run_playbook(playbook: str | Path | list, inventory: str | Path | None = Non
         if cmdline:
             options.append(cmdline)
         env = _env(envvars)
+
+        def keep(event: dict) -> bool:
+            if on_event is not None:
+                on_event(event)
+            return event.get("event") in KEPT_EVENTS
+
         runner = ansible_runner.run(
             private_data_dir=private, playbook=playbook, inventory=inventory, extravars=extravars,
             limit=limit, envvars=env, quiet=True, timeout=timeout,
@@ -77,22 +107,30 @@ def run_playbook(playbook: str | Path | list, inventory: str | Path | None = Non
             # ansible-runner replaces ANSIBLE_CACHE_PLUGIN with a jsonfile cache of its own unless told
             # the type: a caller's choice must hold
             fact_cache_type=env.get("ANSIBLE_CACHE_PLUGIN", "jsonfile"),
-            event_handler=None if on_event is None else lambda event: on_event(event) or True,
+            event_handler=keep,
         )
+        events = list(runner.events)  # each reading of runner.events (and of runner.stats) loads every file
         results: dict[str, list[dict]] = {}
-        for event in runner.events:
+        stats: dict = {}
+        for event in events:
             data = event.get("event_data", {})
             # per-task results only: a loop's items are inside its runner_on_* result ("results")
-            if event.get("event") in ("runner_on_ok", "runner_on_failed", "runner_on_skipped",
-                                      "runner_on_unreachable"):
+            if event.get("event") in RESULT_EVENTS:
                 res = dict(data.get("res", {}))
                 res["task"] = data.get("task")
                 res["event"] = event["event"]
                 results.setdefault(data.get("host"), []).append(res)
-        _record_task_times(playbook, runner.events)
-        stats = runner.stats or {}
+            elif event.get("event") == "playbook_on_stats":
+                stats = {key: data.get(key, {}) for key in STATS_KEYS}
+        _record_task_times(playbook, events)
         return PlayResult(rc=runner.rc, status=runner.status, stdout=runner.stdout.read(),
                           results=results, stats=stats)
+
+
+# What a PlayResult is made of: each host's result of a task (a loop's items are inside it, "results"),
+# and the play's stats, with the keys ansible-runner's own ``Runner.stats`` gives.
+RESULT_EVENTS = ("runner_on_ok", "runner_on_failed", "runner_on_skipped", "runner_on_unreachable")
+STATS_KEYS = ("skipped", "ok", "dark", "failures", "ignored", "rescued", "processed", "changed")
 
 
 def run_on_fleet(playbook: str | Path | list, inventory: str | Path, *, envvars: dict | None = None,
@@ -105,8 +143,8 @@ def run_on_fleet(playbook: str | Path | list, inventory: str | Path, *, envvars:
 
 
 # A host's result of a task, and of each item of a looped task (tests/task_times.py counts them).
-RECORDED_EVENTS = ("runner_on_ok", "runner_on_failed", "runner_on_skipped", "runner_on_unreachable",
-                   "runner_item_on_ok", "runner_item_on_failed", "runner_item_on_skipped")
+RECORDED_EVENTS = (*RESULT_EVENTS, "runner_item_on_ok", "runner_item_on_failed", "runner_item_on_skipped")
+KEPT_EVENTS = frozenset((*RECORDED_EVENTS, "playbook_on_stats"))
 
 
 def _record_task_times(playbook, events) -> None:

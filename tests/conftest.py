@@ -49,6 +49,7 @@ from pathlib import Path
 
 import ansible.module_utils
 import pytest
+from ansible_run import prune_payload_cache
 from cache import cache_root
 from fleet.system import children_cpu_seconds, mounts_under, reaped_cpu_seconds
 from tiers import extended
@@ -178,6 +179,7 @@ def pytest_configure(config):
         _remove_killed_sessions_tmp()
         if BYTECODE_CACHE is not None:  # ours, not a prefix the caller shares with other work
             prune_bytecode_cache(BYTECODE_CACHE)
+        prune_payload_cache()
     path = config.getoption("timing_json")
     # what runs the tests measures them: an xdist worker, or pytest without workers
     if path and (hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None)):
