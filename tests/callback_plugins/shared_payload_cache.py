@@ -1,5 +1,5 @@
 """Test harness only (``tests/ansible_run.py`` enables it): one module payload cache for every playbook the
-tests run, instead of one per ansible-playbook process.
+tests run, instead of one per ansible-playbook process, and bytecode in each payload.
 
 ansible-core builds a module's payload (the AnsiballZ zip: the module and the module_utils it imports,
 found by parsing them) once per process and keeps it in ``DEFAULT_LOCAL_TMP/ansiballz_cache``, a
@@ -7,22 +7,36 @@ directory made for each process and removed at its exit; a test session runs a f
 it built the same payloads a few thousand times (about 0.1-0.15 s of CPU each). This plugin, loaded
 before any task runs, makes that directory a link to ``$SGLANG_TEST_PAYLOAD_CACHE/<key>``: ansible-core
 then finds the payloads an earlier process built (it locks an entry while writing it, so concurrent
-processes share it safely). Nothing else changes: ansible-core still reads, sends and runs the same payload.
+processes share it safely).
+
+Each payload put in that cache also gets bytecode (``with_bytecode``): an unchecked ``.pyc``, compiled here,
+beside each ``.py``. Without it the host's Python compiled the payload's module_utils from source at every
+module run (zipimport cannot write bytecode): a third of a module run's CPU on a fleet host (0.17-0.18 s
+against 0.11 s a run of ``stat``, measured 2026-12-06). The code that runs is the same; what differs from
+a production run is that the host does not compile it, and a host Python of another minor version
+compiles it as before (the bytecode's magic number does not match).
 
 ansible-core keys an entry by the module's name alone, so the directory's ``<key>`` is a hash of
-everything a payload is built from: ansible-core's version and location, and the content of every file
-under the configured module and module_utils paths and the roles' own (a mutant of a module_utils file,
-or another checkout, gets a directory of its own).
+everything a payload is built from: ansible-core's version and location, this Python's, and the content
+of every file under the configured module and module_utils paths and the roles' own (a mutant of a
+module_utils file, or another checkout, gets a directory of its own).
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import importlib.util
+import io
 import os
+import sys
+import zipfile
+from importlib._bootstrap_external import _code_to_hash_pyc
 from pathlib import Path
 
 import ansible
 from ansible import constants as C
+from ansible.executor import module_common
 from ansible.plugins.callback import CallbackBase
 
 DOCUMENTATION = """
@@ -53,9 +67,10 @@ def role_plugin_dirs(roles_paths) -> list[Path]:
 
 
 def source_key(module_paths, module_utils_paths, roles_paths=()) -> str:
-    """A hash of ansible-core's version and location and of every file under the given module and
-    module_utils directories and the roles' own."""
-    digest = hashlib.sha256(f"{ansible.__version__}\0{Path(ansible.__file__).parent}\0".encode())
+    """A hash of ansible-core's version and location, this Python's version (it compiles the bytecode) and
+    every file under the given module and module_utils directories and the roles' own."""
+    core = f"{ansible.__version__}\0{Path(ansible.__file__).parent}\0{sys.version}\0"
+    digest = hashlib.sha256(core.encode())
     for kind, directories in (("modules", module_paths), ("module_utils", module_utils_paths),
                               ("roles", role_plugin_dirs(roles_paths))):
         for directory in directories:
@@ -83,6 +98,42 @@ def link_payload_cache(shared_root: str, local_tmp: str, module_paths, module_ut
     return shared
 
 
+def with_bytecode(zip_b64: bytes) -> bytes:
+    """The payload (a base64 zip, as ansible-core keeps it) with an unchecked hash-based ``.pyc`` beside
+    each ``.py``, compiled by this interpreter. zipimport loads a module's ``.pyc`` before its ``.py``, so
+    a host's Python of this minor version runs the same code without compiling it (about a third of a
+    module run's CPU: 0.15 -> 0.10 s for ``stat``); another version finds the magic number wrong and
+    compiles the ``.py`` as before."""
+    source = zipfile.ZipFile(io.BytesIO(base64.b64decode(zip_b64)))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as payload:
+        names = set(source.namelist())
+        for info in source.infolist():
+            data = source.read(info)
+            payload.writestr(info, data)
+            compiled = info.filename[:-3] + ".pyc"
+            if info.filename.endswith(".py") and compiled not in names:
+                code = compile(data, info.filename, "exec", dont_inherit=True)
+                pyc = _code_to_hash_pyc(code, importlib.util.source_hash(data), checked=False)
+                payload.writestr(zipfile.ZipInfo(compiled, info.date_time), bytes(pyc))
+    return base64.b64encode(out.getvalue())
+
+
+def add_bytecode_when_cached() -> None:
+    """Make ansible-core add the bytecode (with_bytecode) to each payload it puts in the cache; the
+    process that builds a payload runs the same object, so every run of it gets the bytecode."""
+    dump = module_common._CachedModule.dump
+    if getattr(dump, "adds_bytecode", False):
+        return
+
+    def dump_with_bytecode(self, path: str) -> None:
+        object.__setattr__(self, "zip_data", with_bytecode(self.zip_data))  # a frozen dataclass
+        dump(self, path)
+
+    dump_with_bytecode.adds_bytecode = True
+    module_common._CachedModule.dump = dump_with_bytecode
+
+
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -95,3 +146,4 @@ class CallbackModule(CallbackBase):
         if shared_root:
             link_payload_cache(shared_root, C.DEFAULT_LOCAL_TMP, _paths(C.DEFAULT_MODULE_PATH),
                                _paths(C.DEFAULT_MODULE_UTILS_PATH), _paths(C.DEFAULT_ROLES_PATH))
+            add_bytecode_when_cached()

@@ -3,9 +3,14 @@ cache, keyed by the module sources, and a payload never outlives the sources it 
 
 from __future__ import annotations
 
+import base64
+import io
 import os
+import pickle
+import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import ansible_run
@@ -104,3 +109,55 @@ def test_keys_unused_for_a_day_are_pruned(tmp_path):
     assert not old.exists()
     assert fresh.is_dir()
     assert ansible_run.prune_payload_cache(tmp_path / "missing") == []
+
+
+def payload_zip(files: dict[str, str]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as payload:
+        for name, text in files.items():
+            payload.writestr(name, text)
+    return base64.b64encode(out.getvalue())
+
+
+def import_value(tmp_path: Path, zip_b64: bytes, edit=None) -> str:
+    """Import package ``p.m`` from the payload in a fresh interpreter; ``edit(name, data)`` may rewrite
+    each zip member first."""
+    source = zipfile.ZipFile(io.BytesIO(base64.b64decode(zip_b64)))
+    path = tmp_path / "payload.zip"
+    with zipfile.ZipFile(path, "w") as payload:
+        for info in source.infolist():
+            data = source.read(info)
+            payload.writestr(info, edit(info.filename, data) if edit else data)
+    done = subprocess.run([sys.executable, "-B", "-c", f"import sys; sys.path.insert(0, {str(path)!r}); "
+                           "import p.m; print(p.m.VALUE, p.m.__spec__.origin.rsplit('.', 1)[1])"],
+                          capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def test_the_payload_gets_bytecode_that_zipimport_runs_instead_of_compiling(tmp_path):
+    zip_b64 = plugin.with_bytecode(payload_zip({"p/__init__.py": "", "p/m.py": "VALUE = 1\n"}))
+    names = zipfile.ZipFile(io.BytesIO(base64.b64decode(zip_b64))).namelist()
+    assert sorted(names) == ["p/__init__.py", "p/__init__.pyc", "p/m.py", "p/m.pyc"]
+    assert import_value(tmp_path, zip_b64) == "1 pyc"
+    # the bytecode is what runs: a source changed after it was compiled is not read
+    changed = import_value(tmp_path, zip_b64, lambda name, data: b"VALUE = 2\n" if name == "p/m.py" else data)
+    assert changed == "1 pyc"
+    # another Python's bytecode (another magic number) is passed over: the source is compiled as before
+    other = import_value(tmp_path, zip_b64, lambda name, data: b"\0\0\r\n" + data[4:] if name.endswith(".pyc")
+                         else b"VALUE = 2\n" if name == "p/m.py" else data)
+    assert other == "2 py"
+
+
+def test_a_module_run_through_the_tests_cache_runs_its_payload_with_bytecode(tmp_path):
+    library, utils = sources(tmp_path, 3)
+    cache = tmp_path / "payloads"
+    envvars = {"ANSIBLE_LIBRARY": str(library), "ANSIBLE_MODULE_UTILS": str(utils),
+               "SGLANG_TEST_PAYLOAD_CACHE": str(cache)}
+    assert ansible_run.run_module("payload_probe", envvars=envvars)["value"] == 3
+    (entry,) = cache.glob("*/ansible.legacy.payload_probe-ZIP_DEFLATED-none")
+    with entry.open("rb") as handle:
+        cached = pickle.load(handle)
+    names = set(zipfile.ZipFile(io.BytesIO(base64.b64decode(cached.zip_data))).namelist())
+    sources_in_payload = {name for name in names if name.endswith(".py")}
+    assert "ansible/module_utils/payload_probe.py" in sources_in_payload
+    assert {name + "c" for name in sources_in_payload} <= names
