@@ -74,6 +74,17 @@ def _env(extra: dict | None) -> dict:
     return env
 
 
+# What a PlayResult is made of: each host's result of a task (a loop's items are inside it, "results"),
+# and the play's stats, with the keys ansible-runner's own ``Runner.stats`` gives.
+RESULT_EVENTS = ("runner_on_ok", "runner_on_failed", "runner_on_skipped", "runner_on_unreachable")
+STATS_KEYS = ("skipped", "ok", "dark", "failures", "ignored", "rescued", "processed", "changed")
+
+
+# A host's result of a task, and of each item of a looped task (tests/task_times.py counts them).
+RECORDED_EVENTS = (*RESULT_EVENTS, "runner_item_on_ok", "runner_item_on_failed", "runner_item_on_skipped")
+KEPT_EVENTS = frozenset((*RECORDED_EVENTS, "playbook_on_stats"))
+
+
 def run_playbook(playbook: str | Path | list, inventory: str | Path | None = None, *,
                  extravars: dict | None = None, check: bool = False, limit: str | None = None,
                  envvars: dict | None = None, timeout: int = 1800, cmdline: str = "",
@@ -127,12 +138,6 @@ def run_playbook(playbook: str | Path | list, inventory: str | Path | None = Non
                           results=results, stats=stats)
 
 
-# What a PlayResult is made of: each host's result of a task (a loop's items are inside it, "results"),
-# and the play's stats, with the keys ansible-runner's own ``Runner.stats`` gives.
-RESULT_EVENTS = ("runner_on_ok", "runner_on_failed", "runner_on_skipped", "runner_on_unreachable")
-STATS_KEYS = ("skipped", "ok", "dark", "failures", "ignored", "rescued", "processed", "changed")
-
-
 def run_on_fleet(playbook: str | Path | list, inventory: str | Path, *, envvars: dict | None = None,
                  **kwargs) -> PlayResult:
     """``run_playbook`` against a test fleet's inventory with facts kept in memory only: ansible.cfg caches
@@ -140,11 +145,6 @@ def run_on_fleet(playbook: str | Path | list, inventory: str | Path, *, envvars:
     play must never see an earlier fleet's facts."""
     return run_playbook(playbook, inventory, envvars={"ANSIBLE_CACHE_PLUGIN": "memory", **(envvars or {})},
                         **kwargs)
-
-
-# A host's result of a task, and of each item of a looped task (tests/task_times.py counts them).
-RECORDED_EVENTS = (*RESULT_EVENTS, "runner_item_on_ok", "runner_item_on_failed", "runner_item_on_skipped")
-KEPT_EVENTS = frozenset((*RECORDED_EVENTS, "playbook_on_stats"))
 
 
 def _record_task_times(playbook, events) -> None:
