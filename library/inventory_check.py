@@ -110,21 +110,21 @@ problems:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.inventory_rules import check_host_variables
 
+# One specification for both ways in: AnsibleModule here, action_plugins/inventory_check.py on the
+# controller (the preflight role runs this check delegated to it).
+ARGUMENT_SPEC = {
+    "host": {"type": "str", "required": True},
+    "variables": {"type": "dict", "required": True},
+    "names": {"type": "list", "elements": "str", "default": []},
+    "specs": {"type": "dict", "required": True},
+    "prefixes": {"type": "list", "elements": "str", "default": []},
+    "removed": {"type": "dict", "default": {}},
+    "secrets": {"type": "dict", "default": {}, "no_log": True},
+}
 
-def main():
-    module = AnsibleModule(
-        argument_spec={
-            "host": {"type": "str", "required": True},
-            "variables": {"type": "dict", "required": True},
-            "names": {"type": "list", "elements": "str", "default": []},
-            "specs": {"type": "dict", "required": True},
-            "prefixes": {"type": "list", "elements": "str", "default": []},
-            "removed": {"type": "dict", "default": {}},
-            "secrets": {"type": "dict", "default": {}, "no_log": True},
-        },
-        supports_check_mode=True,
-    )
-    params = module.params
+
+def run(params):
+    """The module's result for validated parameters (``failed`` and ``msg`` on a problem)."""
     try:
         problems = check_host_variables(
             params["host"], params["variables"], params["specs"],
@@ -132,14 +132,22 @@ def main():
             secrets=params["secrets"],
         )
     except Exception as exc:  # a malformed spec file must not surface as a traceback
-        module.fail_json(msg=f"host {params['host']}: could not check variables: {exc}", checked=[],
-                         problems=[])
+        return {"failed": True, "msg": f"host {params['host']}: could not check variables: {exc}",
+                "changed": False, "checked": [], "problems": []}
     checked = sorted(set(params["variables"]) | set(params["names"]) | set(params["secrets"]))
     result = {"changed": False, "checked": checked, "problems": problems}
     if problems:
         count = len(problems)
-        module.fail_json(msg=f"{count} inventory problem{'s' if count > 1 else ''}: " + "; ".join(problems),
-                         **result)
+        result.update(failed=True,
+                      msg=f"{count} inventory problem{'s' if count > 1 else ''}: " + "; ".join(problems))
+    return result
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    result = run(module.params)
+    if result.pop("failed", False):
+        module.fail_json(**result)
     module.exit_json(**result)
 
 

@@ -92,23 +92,31 @@ unit_of:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.rollout_units import UnitsError, plan
 
+# One specification for both ways in: AnsibleModule here, action_plugins/rollout_units.py on the
+# controller (the roles run this plan delegated to it).
+ARGUMENT_SPEC = {
+    "hosts": {"type": "list", "elements": "str", "required": True},
+    "models": {"type": "dict", "default": {}},
+    "groups": {"type": "dict", "required": True},
+    "serial": {"type": "raw", "default": 1},
+}
 
-def main():
-    module = AnsibleModule(
-        argument_spec={
-            "hosts": {"type": "list", "elements": "str", "required": True},
-            "models": {"type": "dict", "default": {}},
-            "groups": {"type": "dict", "required": True},
-            "serial": {"type": "raw", "default": 1},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
+
+def run(p):
+    """The module's result for validated parameters (``failed`` and ``msg`` when no plan can be made)."""
     try:
         result = plan(p["hosts"], p["models"] or {}, p["groups"], p["serial"])
     except UnitsError as exc:
-        module.fail_json(msg=f"{exc}. Nothing was changed.")
-    module.exit_json(changed=False, **result)
+        return {"failed": True, "msg": f"{exc}. Nothing was changed."}
+    return {"changed": False, **result}
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    result = run(module.params)
+    if result.pop("failed", False):
+        module.fail_json(**result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -109,36 +109,45 @@ problems:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_models import check_host_models
 
+# One specification for both ways in: AnsibleModule here, action_plugins/sglang_models_check.py on the
+# controller (the preflight role runs this check delegated to it).
+ARGUMENT_SPEC = {
+    "host": {"type": "str", "required": True},
+    "models": {"type": "raw", "required": True},
+    "groups": {"type": "dict", "default": {}},
+    "gpu_capability": {"type": "str", "default": ""},
+    "gpus_read": {"type": "bool", "default": False},
+    "gpu_capabilities": {"type": "list", "elements": "str", "default": []},
+    "default_targets": {"type": "list", "elements": "str", "default": ["12.0", "10.0"]},
+    "capabilities": {"type": "list", "elements": "str"},
+}
 
-def main():
-    module = AnsibleModule(
-        argument_spec={
-            "host": {"type": "str", "required": True},
-            "models": {"type": "raw", "required": True},
-            "groups": {"type": "dict", "default": {}},
-            "gpu_capability": {"type": "str", "default": ""},
-            "gpus_read": {"type": "bool", "default": False},
-            "gpu_capabilities": {"type": "list", "elements": "str", "default": []},
-            "default_targets": {"type": "list", "elements": "str", "default": ["12.0", "10.0"]},
-            "capabilities": {"type": "list", "elements": "str"},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
+
+def run(p):
+    """The module's result for validated parameters (``failed`` and ``msg`` on a problem)."""
     targets = {"gpu_capability": p["gpu_capability"], "gpu_capabilities": p["gpu_capabilities"],
                "gpus_read": p["gpus_read"], "default_targets": p["default_targets"],
                "capabilities": p["capabilities"]}
     try:
         result = check_host_models(p["host"], p["models"], p["groups"], **targets)
     except Exception as exc:  # never a traceback: say what failed
-        module.fail_json(msg=f"sglang_models_check failed unexpectedly: {type(exc).__name__}: {exc}",
-                         problems=[])
+        return {"failed": True, "problems": [],
+                "msg": f"sglang_models_check failed unexpectedly: {type(exc).__name__}: {exc}"}
     problems = result["problems"]
     if problems:
         count = len(problems)
-        module.fail_json(msg=f"{count} problem{'s' if count > 1 else ''} with sglang_service_models: "
-                             + "; ".join(problems), changed=False, **result)
-    module.exit_json(changed=False, **result)
+        return {"failed": True, "changed": False, **result,
+                "msg": f"{count} problem{'s' if count > 1 else ''} with sglang_service_models: "
+                       + "; ".join(problems)}
+    return {"changed": False, **result}
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    result = run(module.params)
+    if result.pop("failed", False):
+        module.fail_json(**result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

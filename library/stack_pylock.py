@@ -148,25 +148,25 @@ from ansible.module_utils.pylock import (
 )
 from ansible.module_utils.stack_profile import ProfileError, read_profile, validate_profile
 
+# One specification for both ways in: AnsibleModule here, action_plugins/stack_pylock.py on the
+# controller (the stack role reads profiles and locks delegated to it).
+ARGUMENT_SPEC = {
+    "profile_path": {"type": "path", "required": True},
+    "path": {"type": "path", "default": ""},
+    "use_lock": {"type": "bool", "default": True},
+    "machine": {"type": "str", "default": ""},
+    "python_version": {"type": "str", "default": ""},
+    "glibc": {"type": "str", "default": "2.28"},
+    "every_variant": {"type": "bool", "default": False},
+}
 
-def main():
-    module = AnsibleModule(
-        argument_spec={
-            "profile_path": {"type": "path", "required": True},
-            "path": {"type": "path", "default": ""},
-            "use_lock": {"type": "bool", "default": True},
-            "machine": {"type": "str", "default": ""},
-            "python_version": {"type": "str", "default": ""},
-            "glibc": {"type": "str", "default": "2.28"},
-            "every_variant": {"type": "bool", "default": False},
-        },
-        supports_check_mode=True,
-    )
-    params = module.params
+
+def run(params):
+    """The module's result for validated parameters (``failed`` and ``msg`` on a problem)."""
     try:
         profile = validate_profile(read_profile(params["profile_path"]), params["profile_path"])
     except ProfileError as exc:
-        module.fail_json(msg=str(exc))
+        return {"failed": True, "msg": str(exc)}
     name = profile["name"]
     path = params["path"] or os.path.join(os.path.dirname(params["profile_path"]), lock_file_name(name))
     result = {
@@ -183,7 +183,7 @@ def main():
         "requirements": "",
     }
     if not params["use_lock"]:
-        module.exit_json(**result)
+        return result
     try:
         if not os.path.exists(path):
             raise LockError(
@@ -218,7 +218,15 @@ def main():
             result["coverage"] = coverage(lock, python, params["glibc"])
             result["coverage_header"] = coverage_header(result["coverage"], python, params["glibc"])
     except LockError as exc:
-        module.fail_json(msg=str(exc))
+        return {"failed": True, "msg": str(exc)}
+    return result
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    result = run(module.params)
+    if result.pop("failed", False):
+        module.fail_json(**result)
     module.exit_json(**result)
 
 
