@@ -11,8 +11,9 @@ The results are the module's, less what AnsibleModule adds around any module's: 
 and the attributes (owner, mode, size) of the file a result's ``path`` names, which no role reads.
 
 It runs in-process only where the module would have run on the controller as the controller's user: a
-``local`` connection (delegate_to: localhost, or a localhost inventory) without become. Anywhere else, or
-for a module file without ``run`` and ``ARGUMENT_SPEC``, it runs the module as Ansible always does. Each
+``local`` connection (delegate_to: localhost, or a localhost inventory), without become or async.
+Anywhere else, or for a module file without ``run`` and ``ARGUMENT_SPEC``, it is Ansible's own
+``normal`` action: the module runs as Ansible always runs it. Each
 module named in action_plugins/ is a two-line file that loads this one (Ansible names an action plugin
 after its file, and plugin files cannot import each other).
 """
@@ -28,6 +29,7 @@ from ansible import constants as C
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.json import Direction, get_module_encoder
 from ansible.plugins.action import ActionBase
+from ansible.plugins.action.normal import ActionModule as NormalAction
 from ansible.plugins.loader import module_loader
 
 LOCAL_CONNECTIONS = {"local", "ansible.builtin.local", "ansible.legacy.local"}
@@ -65,17 +67,20 @@ def plain(value):
     return json.loads(json.dumps(value, cls=get_module_encoder("legacy", Direction.CONTROLLER_TO_MODULE)))
 
 
-class ActionModule(ActionBase):
+class ActionModule(NormalAction):
+    """Ansible's ``normal`` action (a module process, async, the remote temporary directory removed)
+    unless the module can run here, in the worker."""
+
     TRANSFERS_FILES = False
 
     def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
         name = self._task.action.rpartition(".")[2]
-        on_controller = runs_on_controller(self._connection.transport, self._play_context.become)
-        module = load_module_file(name) if on_controller else None
+        here = (runs_on_controller(self._connection.transport, self._play_context.become)
+                and not self._task.async_val)
+        module = load_module_file(name) if here else None
         if module is None or not hasattr(module, "run") or not hasattr(module, "ARGUMENT_SPEC"):
-            result.update(self._execute_module(module_name=name, task_vars=task_vars))
-            return result
+            return super().run(tmp, task_vars)
+        result = ActionBase.run(self, tmp, task_vars)
         try:
             _validation, params = self.validate_argument_spec(argument_spec=module.ARGUMENT_SPEC)
         except AnsibleActionFail as exc:  # the module's own message for bad arguments

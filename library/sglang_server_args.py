@@ -133,34 +133,42 @@ probe_host:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_cmdline import ConfigError, render, systemd_quote
 
+# One specification for both ways in: AnsibleModule here, action_plugins/sglang_server_args.py on the
+# controller (the sglang_service role renders command lines delegated to it: nothing here reads the host).
+ARGUMENT_SPEC = {
+    "model": {"type": "dict", "required": True},
+    "variable": {"type": "str", "default": "sglang_service_models[0]"},
+    "capabilities": {"type": "list", "elements": "str", "default": []},
+    "group_hosts": {"type": "list", "elements": "str", "default": []},
+    "hostname": {"type": "str", "default": ""},
+    "rank0_address": {"type": "str", "default": ""},
+    "python": {"type": "str", "default": "/opt/sglang/stacks/current/bin/python"},
+    "launch_module": {"type": "str", "default": "sglang.launch_server"},
+    "staged": {"type": "dict", "default": {}},
+    "require_staged": {"type": "bool", "default": True},
+}
 
-def main():
-    module = AnsibleModule(
-        argument_spec={
-            "model": {"type": "dict", "required": True},
-            "variable": {"type": "str", "default": "sglang_service_models[0]"},
-            "capabilities": {"type": "list", "elements": "str", "default": []},
-            "group_hosts": {"type": "list", "elements": "str", "default": []},
-            "hostname": {"type": "str", "default": ""},
-            "rank0_address": {"type": "str", "default": ""},
-            "python": {"type": "str", "default": "/opt/sglang/stacks/current/bin/python"},
-            "launch_module": {"type": "str", "default": "sglang.launch_server"},
-            "staged": {"type": "dict", "default": {}},
-            "require_staged": {"type": "bool", "default": True},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
+
+def run(p):
+    """The module's result for validated parameters (``failed`` and ``msg`` for an invalid entry)."""
     try:
         server = render(p["model"], p["capabilities"], p["group_hosts"], hostname=p["hostname"],
                         rank0_address=p["rank0_address"], prefix=p["variable"],
                         staged=p["staged"], require_staged=p["require_staged"])
     except ConfigError as exc:
-        module.fail_json(msg=str(exc))
+        return {"failed": True, "msg": str(exc)}
     except Exception as exc:  # never a traceback: say what failed
-        module.fail_json(msg=f"sglang_server_args failed unexpectedly: {type(exc).__name__}: {exc}")
+        return {"failed": True, "msg": f"sglang_server_args failed unexpectedly: {type(exc).__name__}: {exc}"}
     server["exec_start"] = systemd_quote([p["python"], "-m", p["launch_module"], *server["args"]])
-    module.exit_json(changed=False, **server)
+    return {"changed": False, **server}
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    result = run(module.params)
+    if result.pop("failed", False):
+        module.fail_json(**result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

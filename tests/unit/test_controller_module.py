@@ -1,6 +1,6 @@
-"""action_plugins/controller_module.py: the checks the roles run on the controller (inventory_check,
-sglang_models_check, rollout_units, stack_pylock) run inside the controller's worker, with the module's own
-argument spec and result, and as a module process anywhere else.
+"""action_plugins/controller_module.py: the modules the roles run on the controller (inventory_check,
+sglang_models_check, rollout_units, stack_pylock, sglang_server_args) run inside the controller's worker,
+with the module's own argument spec and result, and as a module process anywhere else.
 
 Each case runs once through the project's configuration (the plugin) and once with ANSIBLE_ACTION_PLUGINS
 pointing at an empty directory (the module alone, as Ansible runs any module): the results must be the
@@ -15,7 +15,7 @@ import pytest
 from ansible_run import REPO_ROOT, run_playbook
 
 PLUGINS = REPO_ROOT / "action_plugins"
-IN_PROCESS = ("inventory_check", "sglang_models_check", "rollout_units", "stack_pylock")
+IN_PROCESS = ("inventory_check", "sglang_models_check", "rollout_units", "stack_pylock", "sglang_server_args")
 
 SPECS = {"demo": {"argument_specs": {"main": {"options": {"demo_port": {"type": "int"}}}}}}
 CASES = {
@@ -34,13 +34,22 @@ CASES = {
                               "machine": "x86_64", "python_version": "3.11", "glibc": "2.36"}),
     "no profile": ("stack_pylock", {"profile_path": "/nonexistent/profile.yml"}),
     "bad arguments": ("rollout_units", {"groups": {}, "colour": "red"}),
+    "command line": ("sglang_server_args", {"model": {"name": "m", "model_path": "/m", "port": 30001}}),
+    "invalid entry": ("sglang_server_args", {"model": {"name": "m"}, "variable": "sglang_service_models[3]"}),
+}
+# Where the plugin must leave the module to Ansible: become (su from root to root needs no password) and
+# async. Both ways run the module process then.
+AS_MODULE = {
+    "units with become": ({"become": True, "become_method": "ansible.builtin.su"}, CASES["units"]),
+    "units async": ({"async": 60, "poll": 1}, CASES["units"]),
 }
 
 
 def play() -> list[dict]:
+    cases = {name: ({}, case) for name, case in CASES.items()} | AS_MODULE
     return [{"hosts": "localhost", "gather_facts": False, "tasks": [
-        {"name": name, module: args, "delegate_to": "localhost", "ignore_errors": True}
-        for name, (module, args) in CASES.items()]}]
+        {"name": name, module: args, "delegate_to": "localhost", "ignore_errors": True, **keywords}
+        for name, (keywords, (module, args)) in cases.items()]}]
 
 
 # AnsibleModule adds the attributes of the file a result's `path` names (stack_pylock's lock); the plugin
@@ -49,9 +58,10 @@ PATH_INFO = {"uid", "gid", "owner", "group", "mode", "size", "state"}
 
 
 def comparable(result: dict) -> dict:
-    """A task's result less what the way in adds: the module's invocation echo, a path's attributes, and
-    Ansible's own keys."""
-    added = {"invocation", "warnings", "deprecations"} | (PATH_INFO if "path" in result else set())
+    """A task's result less what the way in adds or numbers: the module's invocation echo, a path's
+    attributes, an async job's id and file, and Ansible's own keys."""
+    added = ({"invocation", "warnings", "deprecations", "ansible_job_id", "results_file"}
+             | (PATH_INFO if "path" in result else set()))
     return {k: v for k, v in result.items() if k not in added and not k.startswith("_ansible")}
 
 
@@ -63,7 +73,7 @@ def both_ways(tmp_path_factory):
     return plugin, module
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", [*CASES, *AS_MODULE])
 def test_the_plugin_gives_the_modules_result(both_ways, case):
     plugin, module = both_ways
     got, expected = plugin.task("localhost", case), module.task("localhost", case)
@@ -75,17 +85,29 @@ def test_the_cases_cover_success_failure_and_bad_arguments(both_ways):
     plugin, _ = both_ways
     failed = {case for case in CASES if plugin.task("localhost", case)["event"] == "runner_on_failed"}
     assert failed == {"inventory problem", "models problem", "units impossible", "no profile",
-                      "bad arguments"}
+                      "bad arguments", "invalid entry"}
+    assert "sglang_service_models[3]" in plugin.task("localhost", "invalid entry")["msg"]
+    assert "--model-path /m" in plugin.task("localhost", "command line")["exec_start"]
     assert plugin.task("localhost", "bad arguments")["msg"] == "missing required arguments: hosts"
     assert plugin.task("localhost", "lock")["packages"] > 100, "the committed lock, read for real"
     assert "12345" not in plugin.stdout + json.dumps(plugin.task("localhost", "a secret not shown"))
+
+
+def module_processes(result, task: str) -> int:
+    """How many module payloads the -vvv output shows running between ``task``'s start and the next."""
+    text = result.stdout.split(f"TASK [{task}]", 1)[1].split("TASK [", 1)[0]
+    return text.count("AnsiballZ_")
 
 
 def test_only_the_module_way_runs_a_module_process(both_ways):
     plugin, module = both_ways
     for name in IN_PROCESS:
         assert f"AnsiballZ_{name}.py" in module.stdout, name
-        assert f"AnsiballZ_{name}" not in plugin.stdout, name
+        assert f"AnsiballZ_{name}" not in plugin.stdout.split("TASK [units with become]")[0], name
+    for case in AS_MODULE:  # Ansible's normal action: the module process, its temporary directory removed
+        assert module_processes(plugin, case) > 0, case
+        assert plugin.task("localhost", case)["event"] == "runner_on_ok", case
+    assert "rm -f -r" in plugin.stdout.split("TASK [units with become]")[1]
 
 
 def load_plugin():
