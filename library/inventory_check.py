@@ -107,10 +107,10 @@ problems:
       number: leading zeros are lost, and a leading 0 makes it octal); the value is not shown"
 """
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.inventory_rules import check_host_variables
+from ansible.module_utils.module_entry import run_module
 
-# One specification for both ways in: AnsibleModule here, action_plugins/inventory_check.py on the
+# One specification for both ways in: run_module here, action_plugins/inventory_check.py on the
 # controller (the preflight role runs this check delegated to it).
 ARGUMENT_SPEC = {
     "host": {"type": "str", "required": True},
@@ -144,11 +144,7 @@ def run(params):
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    result = run(module.params)
-    if result.pop("failed", False):
-        module.fail_json(**result)
-    module.exit_json(**result)
+    run_module(ARGUMENT_SPEC, run)
 
 
 if __name__ == "__main__":

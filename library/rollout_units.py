@@ -89,10 +89,10 @@ unit_of:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.module_entry import run_module
 from ansible.module_utils.rollout_units import UnitsError, plan
 
-# One specification for both ways in: AnsibleModule here, action_plugins/rollout_units.py on the
+# One specification for both ways in: run_module here, action_plugins/rollout_units.py on the
 # controller (the roles run this plan delegated to it).
 ARGUMENT_SPEC = {
     "hosts": {"type": "list", "elements": "str", "required": True},
@@ -112,11 +112,7 @@ def run(p):
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    result = run(module.params)
-    if result.pop("failed", False):
-        module.fail_json(**result)
-    module.exit_json(**result)
+    run_module(ARGUMENT_SPEC, run)
 
 
 if __name__ == "__main__":

@@ -106,10 +106,10 @@ problems:
       one for the GPU) or set one that runs there: flashinfer or triton
 """
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.module_entry import run_module
 from ansible.module_utils.sglang_models import check_host_models
 
-# One specification for both ways in: AnsibleModule here, action_plugins/sglang_models_check.py on the
+# One specification for both ways in: run_module here, action_plugins/sglang_models_check.py on the
 # controller (the preflight role runs this check delegated to it).
 ARGUMENT_SPEC = {
     "host": {"type": "str", "required": True},
@@ -143,11 +143,7 @@ def run(p):
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    result = run(module.params)
-    if result.pop("failed", False):
-        module.fail_json(**result)
-    module.exit_json(**result)
+    run_module(ARGUMENT_SPEC, run)
 
 
 if __name__ == "__main__":

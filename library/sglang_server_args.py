@@ -130,10 +130,10 @@ probe_host:
   sample: 127.0.0.1
 """
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.module_entry import run_module
 from ansible.module_utils.sglang_cmdline import ConfigError, render, systemd_quote
 
-# One specification for both ways in: AnsibleModule here, action_plugins/sglang_server_args.py on the
+# One specification for both ways in: run_module here, action_plugins/sglang_server_args.py on the
 # controller (the sglang_service role renders command lines delegated to it: nothing here reads the host).
 ARGUMENT_SPEC = {
     "model": {"type": "dict", "required": True},
@@ -164,11 +164,7 @@ def run(p):
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    result = run(module.params)
-    if result.pop("failed", False):
-        module.fail_json(**result)
-    module.exit_json(**result)
+    run_module(ARGUMENT_SPEC, run)
 
 
 if __name__ == "__main__":

@@ -132,7 +132,7 @@ coverage:
 
 import os
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.module_entry import run_module
 from ansible.module_utils.pylock import (
     LockError,
     check_python_version,
@@ -148,7 +148,7 @@ from ansible.module_utils.pylock import (
 )
 from ansible.module_utils.stack_profile import ProfileError, read_profile, validate_profile
 
-# One specification for both ways in: AnsibleModule here, action_plugins/stack_pylock.py on the
+# One specification for both ways in: run_module here, action_plugins/stack_pylock.py on the
 # controller (the stack role reads profiles and locks delegated to it).
 ARGUMENT_SPEC = {
     "profile_path": {"type": "path", "required": True},
@@ -223,11 +223,7 @@ def run(params):
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    result = run(module.params)
-    if result.pop("failed", False):
-        module.fail_json(**result)
-    module.exit_json(**result)
+    run_module(ARGUMENT_SPEC, run)
 
 
 if __name__ == "__main__":
