@@ -18,8 +18,9 @@ twice (192 s alone; one run of the rollout module, 2026-12-07) and a changed pin
 alone). tests/unit/test_test_tiers.py checks that each entry still names a test. Issue 21 (CI time) stays
 open until the rest run in CI again.
 Run the tier through `make test-all`, not `pytest -m extended` alone: test_rolling_rebuild.py's tests
-follow one sequence of rollouts, and its multi-node tests start from the stacks the CI tier's rollouts
-left. Module fixtures that build on each other would lift that order.
+follow one sequence of rollouts, and its multi-node tests have only run after the CI tier's rollouts
+and the killed controller's return to profile B (never tried without them). Module fixtures that build
+on each other would lift that order.
 """
 
 from __future__ import annotations
