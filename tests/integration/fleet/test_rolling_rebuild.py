@@ -432,11 +432,16 @@ def test_a_rollout_killed_while_staging_resumes_then_a_failing_gate_rolls_back(j
 
 
 
+IN_STORE = "Find which of the lock's wheels the host's wheel store holds already (read-only)"
+COPY_WHEELS = "Copy the lock's other wheels from the controller (only the drifted ones, mending in place)"
+
+
 def test_reproduce_moves_a_host_onto_another_hosts_lock_and_gates_its_model(jobs, first_rollout):
     """After the halted rollout host 1 runs C and host 3 still B. A lock of host 1 (snapshot.yml)
     reproduced on host 3: the stack role's `reproduce` installs C beside B, then the rollout's walk moves
     host 3 as a rollout moves a host: out of the gateway's rotation, drained, switched, its model restarted
-    and gated, back in rotation. A client sends requests through the gateway the whole time: none fails."""
+    and gated, back in rotation. The wheels host 3's store holds already (torch) are not copied again.
+    A client sends requests through the gateway the whole time: none fails."""
     h1, _h2, h3 = jobs.models
     locks = jobs.workdir / "locks"
     snap = play(jobs, SNAPSHOT, extravars={"snapshot_host": h1, "snapshot_name": "from-host-1",
@@ -457,6 +462,13 @@ def test_reproduce_moves_a_host_onto_another_hosts_lock_and_gates_its_model(jobs
     print(f"\nreproduce.yml of host 1's lock onto host 3: {time.monotonic() - start:.0f} s; client requests "
           f"through the gateway: {client.total} ({client.ok} ok, {len(client.failures)} failed)")
     assert result.rc == 0, result.stdout[-6000:]
+    # host 3's wheel store holds the files of its own stacks: those the lock shares with them (torch) are
+    # taken from there; only the others (the kernel built for C, at least) come from the controller
+    in_store = result.task(h3, IN_STORE)["present"]
+    copied = sorted(item["item"]["name"] for item in result.task(h3, COPY_WHEELS)["results"])
+    assert any(name.startswith("torch-") for name in in_store), in_store
+    assert "torch" not in copied, copied
+    assert "sglang-kernel" in copied, copied
     assert jobs.current(h3) == target
     assert jobs.fingerprint(h3) == jobs.fingerprint(h1)
     assert old in jobs.stacks(h3), "the stack it left is kept (stack_keep)"

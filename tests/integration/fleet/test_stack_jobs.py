@@ -239,7 +239,7 @@ def test_a_second_reproduce_changes_nothing(fleet_stack, reproduced):
     assert result.stats["changed"].get(host, 0) == 0, changed_tasks(result, host)
 
 
-COPY_WHEELS = "Copy the lock's wheels from the controller's caches (only the drifted ones, mending in place)"
+COPY_WHEELS = "Copy the lock's other wheels from the controller (only the drifted ones, mending in place)"
 
 
 def test_a_hand_change_on_the_reproduced_host_is_drift_and_reproduce_puts_it_back(fleet, fleet_stack,
