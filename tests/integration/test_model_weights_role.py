@@ -34,6 +34,7 @@ COMMIT = "c0ffee" + "0" * 34
 TOKEN = "hf_stand_in_secret_token_4711"
 STAGED = "Publish the staged directory of main (model)"
 ENDED = "Read whether the staging ended, main (model)"
+LOOK = "Look for the staged weights of main (model)"
 SHARDS = {"model-00001-of-00002.safetensors": 3 << 20, "model-00002-of-00002.safetensors": 1 << 20}
 
 
@@ -87,6 +88,8 @@ def test_first_download_then_a_run_that_changes_and_asks_nothing(tmp_path, hub, 
     hub.throttle = 1 << 20  # 4 MiB in about 4 s: progress lines at 1 s steps
     first = run_playbook(play(venv, root, [model(hub)]), timeout=600)
     assert first.rc == 0, first.stdout[-3000:]
+    look = first.task("localhost", LOOK)
+    assert (look["staged"], look["status"], look["dir"]) == (False, "not staged", str(root / "org/model/v1"))
     done = first.task("localhost", ENDED)
     directory = root / "org/model/v1"
     assert (done["dir"], done["status"], done["changed"]) == (str(directory), "downloaded", True)
@@ -112,8 +115,13 @@ def test_first_download_then_a_run_that_changes_and_asks_nothing(tmp_path, hub, 
     asked = len(hub.requests)
     second = run_playbook(play(venv, root, [model(hub)]), timeout=600)
     assert second.rc == 0, second.stdout[-3000:]
-    again = second.task("localhost", ENDED)
-    assert (again["status"], again["changed"], again["downloaded_bytes"]) == ("staged", False, 0)
+    # staged already: one module run reads the manifest, and no background job is started
+    again = second.task("localhost", LOOK)
+    assert (again["staged"], again["status"], again["changed"], again["downloaded_bytes"]) == (
+        True, "staged", False, 0)
+    assert (again["dir"], again["commit"], again["files"]) == (str(directory), COMMIT, 4)
+    assert second.task("localhost", "Stage main (model)")["event"] == "runner_on_skipped"
+    assert second.task("localhost", STAGED)["ansible_facts"]["model_weights_staged"] == facts
     assert len(hub.requests) == asked, hub.requests[asked:]  # the manifest was read; the source not asked
     assert second.stats["changed"].get("localhost", 0) == 0, second.stats
 
