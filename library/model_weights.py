@@ -244,23 +244,11 @@ def main():
         module.fail_json(msg=str(exc))  # names the variable itself
     if p["mode"] == "validate":
         module.exit_json(changed=False, source=source, msg=f"{p['variable']}: {source['kind']} source")
-    if p["mode"] == "staged":
-        try:
-            result = stage(source, p["root"], plan=_ask_nothing, file_url=None, headers={},
-                           draft_of=p["draft_of"], algorithm=p["algorithm"], check_mode=module.check_mode)
-        except _NotStaged:
-            where = staged_dir(p["root"], source)
-            module.exit_json(changed=False, staged=False, dir=where, status="not staged",
-                             msg=f"{where}: not staged")
-        except WeightsError as exc:
-            module.fail_json(msg=f"{p['variable']}: {exc}")
-        except Exception as exc:  # never a traceback: say what failed
-            module.fail_json(msg=f"{p['variable']}: reading the staged directory failed unexpectedly: "
-                                 f"{type(exc).__name__}: {exc}")
-        module.exit_json(staged=True, msg=f"{result['dir']}: {result['status']} ({result['files']} files, "
-                                           f"{result['total_bytes']} bytes)", **result)
+    staged_only = p["mode"] == "staged"
     try:
-        if source["kind"] == "hub":
+        if staged_only:  # the source is never asked: _ask_nothing raises where stage() would ask it
+            plan, file_url, headers = _ask_nothing, None, {}
+        elif source["kind"] == "hub":
             source["endpoint"] = source["endpoint"] or p["endpoint"].rstrip("/")
             plan, file_url, headers = hub_client(source, p["token"], p["timeout"])
         else:
@@ -272,13 +260,19 @@ def main():
                 return f"{source.get('url')}/{name}"
         result = stage(source, p["root"], plan=plan, file_url=file_url, headers=headers,
                        draft_of=p["draft_of"], algorithm=p["algorithm"], check_mode=module.check_mode,
-                       timeout=p["timeout"], progress_file=p["progress_file"] or "")
+                       timeout=p["timeout"], progress_file="" if staged_only else p["progress_file"] or "")
+    except _NotStaged:
+        where = staged_dir(p["root"], source)
+        module.exit_json(changed=False, staged=False, dir=where, status="not staged",
+                         msg=f"{where}: not staged")
     except WeightsError as exc:
         module.fail_json(msg=f"{p['variable']}: {exc}")
     except Exception as exc:  # never a traceback: say what failed
         module.fail_json(msg=f"{p['variable']}: staging failed unexpectedly: {type(exc).__name__}: {exc}")
     result["msg"] = (f"{result['dir']}: {result['status']} ({result['files']} files, "
                      f"{result['total_bytes']} bytes)")
+    if staged_only:
+        result["staged"] = True
     module.exit_json(**result)
 
 
