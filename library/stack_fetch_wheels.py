@@ -14,7 +14,10 @@ description:
   - A partial download is resumed the next time (HTTP Range), also one a dropped connection cut short
     (fewer bytes than the server's Content-Length - named as such, not as a wrong sha256). A file whose
     content does not match the lock's sha256 is never kept. Every file is tried before the module
-    fails naming each one it could not get and why, so a run installs nothing from an incomplete set.
+    fails naming each one it could not get and why, so a run installs nothing from an incomplete set
+    (with O(missing_ok), it lists them instead).
+  - A server that does not answer (connection refused, unknown name, silent until O(timeout)) is not
+    asked again for the other files of the run - one timeout per server, not one per file.
   - Reads no pip or uv configuration and no C(PIP_*) / C(UV_*) variables.
 version_added: "1.0.0"
 author: sglang-fleet maintainers (@sglang-fleet)
@@ -41,6 +44,12 @@ options:
     description: Seconds a source may take to answer.
     type: int
     default: 60
+  missing_ok:
+    description:
+      - List the files no source had in RV(missing) (with RV(reasons)) instead of failing, for a caller
+        that gets them from elsewhere (C(reproduce) copies those from the controller).
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -60,6 +69,15 @@ EXAMPLES = r"""
     files: "{{ lock.files }}"
     dest: /var/cache/sglang/wheels
     mirrors: ["http://10.0.0.1:8080/"]
+
+- name: Fetch what the mirror holds; list the rest for another source
+  stack_fetch_wheels:
+    files: "{{ wheels }}"
+    dest: /var/tmp/sglang-reproduce
+    mirrors: ["http://10.0.0.1:8080/"]
+    use_lock_urls: false
+    missing_ok: true
+  register: fetched
 """
 
 RETURN = r"""
@@ -74,10 +92,20 @@ present:
   type: list
   elements: str
 missing:
-  description: In check mode, files a real run would fetch.
+  description: In check mode, files a real run would fetch; with O(missing_ok), also the files no source had.
   returned: always
   type: list
   elements: str
+reasons:
+  description:
+    - With O(missing_ok), why each file of RV(missing) could not be had (every source tried and its
+      answer), by file name.
+  returned: always
+  type: dict
+  sample:
+    six-1.17.0-py3-none-any.whl: >-
+      six-1.17.0-py3-none-any.whl (six==1.17.0):
+      http://10.0.0.1:8080/six-1.17.0-py3-none-any.whl: HTTP 404
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -92,6 +120,7 @@ def main():
             "mirrors": {"type": "list", "elements": "str", "default": []},
             "use_lock_urls": {"type": "bool", "default": True},
             "timeout": {"type": "int", "default": 60},
+            "missing_ok": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -111,6 +140,7 @@ def main():
             params["use_lock_urls"],
             params["timeout"],
             check_only=module.check_mode,
+            missing_ok=params["missing_ok"],
         )
     except FetchError as exc:
         module.fail_json(msg=f"{exc}. Nothing was installed.")

@@ -4,7 +4,9 @@ A file's identity is its name and sha256. Sources are tried in order: each mirro
 an http(s) base URL holding the files under their own names: a served wheel cache, an offline bundle,
 the test fleet's wheelhouse), then the URL the lock recorded (unless the lock's URLs are not to be
 used: no index reachable). A file already in the directory with the right sha256 is kept; a partial
-download is resumed (HTTP Range) the next time. Nothing reads pip's or uv's configuration.
+download is resumed (HTTP Range) the next time. A server that does not answer (refused, unknown, silent
+until the timeout) is not asked again for the other files of the same fetch: one timeout per server, not
+one per file. Nothing reads pip's or uv's configuration.
 
 Stdlib only, Python 3.8+ (runs on managed hosts and on the controller).
 """
@@ -14,6 +16,7 @@ import http.client
 import json
 import os
 import shutil
+import socket
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -122,18 +125,31 @@ def download(url, partial, timeout):
                         f"({size} kept to resume from)")
 
 
-def fetch_one(item, dest, mirrors, use_recorded_url, timeout=60, *, verified=None):
+def did_not_answer(exc):
+    """Whether a download failed because its server never answered (connection refused, name unknown,
+    nothing within the timeout), not because of what it answered or of this host's disk."""
+    return isinstance(exc, (urllib.error.URLError, socket.timeout))
+
+
+def fetch_one(item, dest, mirrors, use_recorded_url, timeout=60, *, verified=None, silent=None):
     """Put ``item`` into ``dest``. Returns (state, source): state 'present' or 'fetched'.
 
-    Raises FetchError with every source tried and why it was refused.
+    ``silent`` holds the servers (host:port) that did not answer earlier: their sources are skipped, and
+    a server that does not answer now is added to it. Raises FetchError with every source tried and why
+    it was refused.
     """
     verified = {} if verified is None else verified
+    silent = set() if silent is None else silent
     target = os.path.join(dest, item["filename"])
     if os.path.isfile(target) and known_sha256(target, verified) == item["sha256"]:
         return "present", target
     tried = []
     for source in candidates(item, mirrors, use_recorded_url):
         partial = os.path.join(dest, "." + item["filename"] + ".part")
+        server = urllib.parse.urlsplit(source).netloc if is_url(source) else ""
+        if server in silent:
+            tried.append(f"{source}: not asked, {server} did not answer for an earlier file")
+            continue
         try:
             if is_url(source):
                 download(source, partial, timeout)
@@ -158,6 +174,8 @@ def fetch_one(item, dest, mirrors, use_recorded_url, timeout=60, *, verified=Non
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
             tried.append(f"{source}: {reason}")
+            if server and did_not_answer(exc):
+                silent.add(server)
             continue
         got = file_sha256(partial)
         if got != item["sha256"]:
@@ -173,14 +191,18 @@ def fetch_one(item, dest, mirrors, use_recorded_url, timeout=60, *, verified=Non
     raise FetchError(f"{item['filename']} ({item['name']}=={item['version']}): " + "; ".join(tried))
 
 
-def fetch_all(files, dest, mirrors=(), use_recorded_url=True, timeout=60, *, check_only=False):
-    """Fetch every file; returns {'fetched': [...], 'present': [...], 'missing': [...]} of filenames.
+def fetch_all(files, dest, mirrors=(), use_recorded_url=True, timeout=60, *, check_only=False,
+              missing_ok=False):
+    """Fetch every file; returns {'fetched': [...], 'present': [...], 'missing': [...]} of filenames and
+    'reasons': {filename: why no source had it}.
 
     With ``check_only`` nothing is downloaded: files not yet in ``dest`` with their sha256 are listed
-    as missing. All files are tried before FetchError names every one that failed.
+    as missing. All files are tried before FetchError names every one that failed; with ``missing_ok``
+    those are listed as missing instead (with their reasons), for a caller that has another source.
     """
-    result = {"fetched": [], "present": [], "missing": []}
+    result = {"fetched": [], "present": [], "missing": [], "reasons": {}}
     errors = []
+    silent = set()
     if not check_only:
         os.makedirs(dest, exist_ok=True)
     verified = load_verified(dest)
@@ -192,15 +214,17 @@ def fetch_all(files, dest, mirrors=(), use_recorded_url=True, timeout=60, *, che
             continue
         try:
             state, _source = fetch_one(
-                item, dest, list(mirrors), use_recorded_url, timeout, verified=verified
+                item, dest, list(mirrors), use_recorded_url, timeout, verified=verified, silent=silent
             )
         except FetchError as exc:
             errors.append(str(exc))
+            result["missing"].append(item["filename"])
+            result["reasons"][item["filename"]] = str(exc)
             continue
         result[state].append(item["filename"])
     if not check_only:
         save_verified(dest, verified)
-    if errors:
+    if errors and not missing_ok:
         raise FetchError(
             f"{len(errors)} of {len(files)} files could not be fetched into {dest}: " + " | ".join(errors)
         )

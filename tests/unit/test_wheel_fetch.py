@@ -10,6 +10,7 @@ import hashlib
 import http.server
 import json
 import os
+import socket
 import threading
 import time
 import typing
@@ -282,6 +283,7 @@ def test_fetch_all_reports_fetched_present_and_tries_every_file(server, tmp_path
         "fetched": ["a-1-py3-none-any.whl"],
         "present": ["b-1-py3-none-any.whl"],
         "missing": [],
+        "reasons": {},
     }
     broken = [
         item(server + "/c.whl", "c-1-py3-none-any.whl"),
@@ -305,6 +307,7 @@ def test_fetch_all_creates_the_directory_and_check_only_changes_nothing(server, 
         "fetched": [],
         "present": [],
         "missing": ["a-1-py3-none-any.whl"],
+        "reasons": {},
     }
     assert not dest.exists()
     assert Handler.requests == []
@@ -446,6 +449,7 @@ def test_check_only_names_a_wrong_file_and_every_missing_one(tmp_path):
         "fetched": [],
         "present": ["c-1-py3-none-any.whl"],
         "missing": ["a-1-py3-none-any.whl", "b-1-py3-none-any.whl"],
+        "reasons": {},
     }
 
 
@@ -459,3 +463,65 @@ def test_the_record_is_sorted_and_written_beside_the_files_from_any_working_dire
     assert list(json.loads(text)) == ["a.whl", "z.whl"]
     assert text.index('"a.whl"') < text.index('"z.whl"')
     assert sorted(p.name for p in tmp_path.iterdir()) == [VERIFIED]
+
+
+def closed_port() -> int:
+    """A local port nothing listens on (connections to it are refused)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_server_that_stays_silent_is_asked_once_and_the_next_source_serves(server, tmp_path):
+    """A mirror that answers nothing within the timeout costs one timeout, not one per file: the other
+    files go to the next source without asking it."""
+    local = tmp_path / "local"
+    local.mkdir()
+    names = ["a-1-py3-none-any.whl", "b-1-py3-none-any.whl", "c-1-py3-none-any.whl"]
+    for name in names:
+        (local / name).write_bytes(CONTENT)
+    started = time.monotonic()
+    result = fetch_all([item("", name) for name in names], str(tmp_path / "dest"),
+                       [server + "/stall", str(local)], timeout=0.3)
+    assert time.monotonic() - started < STALL
+    assert result["fetched"] == names
+    assert [path for path, _range in Handler.requests] == ["/stall/a-1-py3-none-any.whl"]
+
+
+def test_a_refused_server_is_named_once_and_missing_ok_lists_what_no_source_had(tmp_path):
+    """Connection refused: the first file names the reason, the others that the server was not asked
+    again; with missing_ok nothing raises and every file is listed as missing, with its reason."""
+    port = closed_port()
+    mirror = f"http://127.0.0.1:{port}/wheels"
+    files = [item("", "a-1-py3-none-any.whl"), item("", "b-1-py3-none-any.whl")]
+    result = fetch_all(files, str(tmp_path), [mirror], use_recorded_url=False, missing_ok=True)
+    assert (result["fetched"], result["present"]) == ([], [])
+    assert result["missing"] == ["a-1-py3-none-any.whl", "b-1-py3-none-any.whl"]
+    assert "refused" in result["reasons"]["a-1-py3-none-any.whl"]
+    assert result["reasons"]["b-1-py3-none-any.whl"].endswith(
+        f"{mirror}/b-1-py3-none-any.whl: not asked, 127.0.0.1:{port} "
+        "did not answer for an earlier file")
+    with pytest.raises(FetchError, match=r"^2 of 2 files could not be fetched"):
+        fetch_all(files, str(tmp_path), [mirror], use_recorded_url=False)
+
+
+def test_missing_ok_keeps_what_was_fetched_and_lists_only_what_no_source_had(server, tmp_path):
+    Handler.files["/a-1-py3-none-any.whl"] = CONTENT
+    files = [item("", "a-1-py3-none-any.whl"), item("", "b-1-py3-none-any.whl")]
+    result = fetch_all(files, str(tmp_path), [server], use_recorded_url=False, missing_ok=True)
+    assert (result["fetched"], result["missing"]) == (["a-1-py3-none-any.whl"], ["b-1-py3-none-any.whl"])
+    assert list(result["reasons"]) == ["b-1-py3-none-any.whl"]
+    assert "HTTP 404" in result["reasons"]["b-1-py3-none-any.whl"]
+    assert (tmp_path / "a-1-py3-none-any.whl").read_bytes() == CONTENT
+
+
+def test_a_source_url_without_a_server_silences_no_local_source(tmp_path):
+    """A URL that names no server fails by itself; the local mirror after it still serves every file."""
+    local = tmp_path / "local"
+    local.mkdir()
+    names = ["a-1-py3-none-any.whl", "b-1-py3-none-any.whl"]
+    for name in names:
+        (local / name).write_bytes(CONTENT)
+    result = fetch_all([item("", name) for name in names], str(tmp_path / "dest"),
+                       ["http:///wheels", str(local)], use_recorded_url=False)
+    assert result["fetched"] == names

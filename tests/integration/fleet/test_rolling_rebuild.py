@@ -434,13 +434,16 @@ def test_a_rollout_killed_while_staging_resumes_then_a_failing_gate_rolls_back(j
 
 IN_STORE = "Find which of the lock's wheels the host's wheel store holds already (read-only)"
 COPY_WHEELS = "Copy the lock's other wheels from the controller (only the drifted ones, mending in place)"
+FETCH_WHEELS = "Fetch the lock's other wheels from the stack's package sources (those they hold)"
 
 
 def test_reproduce_moves_a_host_onto_another_hosts_lock_and_gates_its_model(jobs, first_rollout):
     """After the halted rollout host 1 runs C and host 3 still B. A lock of host 1 (snapshot.yml)
     reproduced on host 3: the stack role's `reproduce` installs C beside B, then the rollout's walk moves
     host 3 as a rollout moves a host: out of the gateway's rotation, drained, switched, its model restarted
-    and gated, back in rotation. The lock's wheels host 3's store holds already are not copied again.
+    and gated, back in rotation. The lock's wheels host 3's store holds already are not copied again; of
+    the others, those the fleet's wheelhouse (the stack's package source) holds are fetched from it by
+    the host, and only the rest (the kernel built from source) is copied from the controller.
     A client sends requests through the gateway the whole time: none fails."""
     h1, _h2, h3 = jobs.models
     locks = jobs.workdir / "locks"
@@ -462,15 +465,20 @@ def test_reproduce_moves_a_host_onto_another_hosts_lock_and_gates_its_model(jobs
     print(f"\nreproduce.yml of host 1's lock onto host 3: {time.monotonic() - start:.0f} s; client requests "
           f"through the gateway: {client.total} ({client.ok} ok, {len(client.failures)} failed)")
     assert result.rc == 0, result.stdout[-6000:]
-    # the wheels host 3's store holds already are taken from there, the others copied from the controller.
-    # This fleet's stacks are unlocked stand-ins that uv resolves (their files stay in uv's cache), so the
-    # store holds the weights downloader's files (model_weights), some of them the lock's too; a host on a
-    # locked profile (the default) keeps its stack's files there, torch included.
+    # the wheels host 3's store holds already are taken from there, those the wheelhouse holds fetched from
+    # it, the rest copied from the controller. This fleet's stacks are unlocked stand-ins that uv resolves
+    # (their files stay in uv's cache), so the store holds the weights downloader's files (model_weights),
+    # some of them the lock's too; a host on a locked profile (the default) keeps its stack's files there,
+    # torch included. Every stand-in stack was resolved from the wheelhouse: all but the kernel are there.
     in_store = set(result.task(h3, IN_STORE)["present"])
+    fetched = set(result.task(h3, FETCH_WHEELS)["fetched"])
     copied = {item["item"]["file"] for item in result.task(h3, COPY_WHEELS)["results"]}
     locked = {w["file"] for d in yaml.safe_load(lock.read_text())["distributions"] for w in d["wheels"]}
     assert "packaging-26.4-py3-none-any.whl" in in_store, sorted(in_store)
-    assert copied == locked - in_store, sorted(copied ^ (locked - in_store))
+    assert not fetched & in_store, sorted(fetched & in_store)
+    assert copied == locked - in_store - fetched, sorted(copied ^ (locked - in_store - fetched))
+    assert any(name.startswith("torch-") for name in fetched), sorted(fetched)
+    assert [name for name in copied if not name.startswith("sglang_kernel-")] == [], sorted(copied)
     assert any(name.startswith("sglang_kernel-") for name in copied), sorted(copied)
     assert jobs.current(h3) == target
     assert jobs.fingerprint(h3) == jobs.fingerprint(h1)

@@ -240,14 +240,17 @@ def test_a_second_reproduce_changes_nothing(fleet_stack, reproduced):
 
 
 COPY_WHEELS = "Copy the lock's other wheels from the controller (only the drifted ones, mending in place)"
+FETCH_WHEELS = "Fetch the lock's other wheels from the stack's package sources (those they hold)"
 
 
 def test_a_hand_change_on_the_reproduced_host_is_drift_and_reproduce_puts_it_back(fleet, fleet_stack,
                                                                                   reproduced, tmp_path):
     """Two hand changes in the stack in use: filelock replaced by another version, and typing-extensions'
     RECORD changed (as a reinstall of the same version from other files leaves it, which `uv pip sync`
-    alone keeps). reproduce mends the stack in place: it copies the two drifted distributions' wheels
-    only (not the lock's whole 5 GB) and reinstalls both; verify then finds no drift."""
+    alone keeps). reproduce mends the stack in place: it takes the two drifted distributions' wheels only
+    (not the lock's whole 5 GB), fetched by the host from the fleet's wheelhouse (the stack's package
+    source, which holds both: nothing crosses from the controller), and reinstalls both; verify then
+    finds no drift."""
     host = reproduced["host"]
     distributions = yaml.safe_load(reproduced["path"].read_text())["distributions"]
     locked = {d["name"]: d["version"] for d in distributions}
@@ -266,8 +269,10 @@ def test_a_hand_change_on_the_reproduced_host_is_drift_and_reproduce_puts_it_bac
         "differs from the lock's)")
     result = reproduce(fleet_stack, reproduced["path"], [host])
     assert result.rc == 0, result.stdout[-4000:]
-    copied = sorted(item["item"]["name"] for item in result.task(host, COPY_WHEELS)["results"])
-    assert copied == ["filelock", "typing-extensions"]
+    wheels = {w["file"]: d["name"] for d in distributions for w in d["wheels"]}
+    fetched = sorted(wheels[name] for name in result.task(host, FETCH_WHEELS)["fetched"])
+    assert fetched == ["filelock", "typing-extensions"], fetched
+    assert result.task(host, COPY_WHEELS).get("results") == [], result.task(host, COPY_WHEELS)
     assert fleet_stack.current(host) == reproduced["stack"]
     _result, checks = verify(fleet_stack, tmp_path, reproduced["path"], limit=host)
     assert checks[host]["drift"]["status"] == "ok", checks[host]["drift"]
