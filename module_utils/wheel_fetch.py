@@ -201,7 +201,6 @@ def fetch_all(files, dest, mirrors=(), use_recorded_url=True, timeout=60, *, che
     those are listed as missing instead (with their reasons), for a caller that has another source.
     """
     result = {"fetched": [], "present": [], "missing": [], "reasons": {}}
-    errors = []
     silent = set()
     if not check_only:
         os.makedirs(dest, exist_ok=True)
@@ -217,15 +216,15 @@ def fetch_all(files, dest, mirrors=(), use_recorded_url=True, timeout=60, *, che
                 item, dest, list(mirrors), use_recorded_url, timeout, verified=verified, silent=silent
             )
         except FetchError as exc:
-            errors.append(str(exc))
             result["missing"].append(item["filename"])
             result["reasons"][item["filename"]] = str(exc)
             continue
         result[state].append(item["filename"])
     if not check_only:
         save_verified(dest, verified)
-    if errors and not missing_ok:
+    if result["reasons"] and not missing_ok:
         raise FetchError(
-            f"{len(errors)} of {len(files)} files could not be fetched into {dest}: " + " | ".join(errors)
+            f"{len(result['missing'])} of {len(files)} files could not be fetched into {dest}: "
+            + " | ".join(result["reasons"][name] for name in result["missing"])
         )
     return result
