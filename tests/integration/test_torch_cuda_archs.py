@@ -30,10 +30,13 @@ def cpu_torch():
     return str(torch_python("2.13.0"))
 
 
-def torch_says(python, expression):
-    out = subprocess.run([python, "-c", f"import json, torch; print(json.dumps({expression}))"],
+def torch_says(python, *expressions):
+    """What ``python``'s torch answers to each expression, from one import of torch (a few CPU-seconds
+    each): the one value, or a tuple of them."""
+    out = subprocess.run([python, "-c", f"import json, torch; print(json.dumps([{', '.join(expressions)}]))"],
                          check=True, capture_output=True, text=True, timeout=300).stdout
-    return json.loads(out.splitlines()[-1])
+    values = json.loads(out.splitlines()[-1])
+    return values[0] if len(values) == 1 else tuple(values)
 
 
 @pytest.fixture(scope="session")
@@ -56,14 +59,17 @@ def test_cuda_build(cuda_torch):
     result = run_module("torch_cuda_archs", args)
     assert result["event"] == "runner_on_ok", result.get("msg")
     assert result["changed"] is False
-    assert result["torch_version"] == torch_says(cuda_torch, "torch.__version__") == "2.14.1+cu130"
-    assert result["cuda_version"] == torch_says(cuda_torch, "torch.version.cuda") == "13.0"
-    assert result["git_version"] == torch_says(cuda_torch, "torch.version.git_version")
+    version, cuda, git, flags, arch_list = torch_says(
+        cuda_torch, "torch.__version__", "torch.version.cuda", "torch.version.git_version",
+        "torch._C._cuda_getArchFlags().split()", "torch.cuda.get_arch_list()")
+    assert result["torch_version"] == version == "2.14.1+cu130"
+    assert result["cuda_version"] == cuda == "13.0"
+    assert result["git_version"] == git
     assert result["build"] == "cuda"
     assert result["arch_list_source"] == "torch._C._cuda_getArchFlags"
     # torch >= 2.13 also answers get_arch_list() without a GPU: both must agree with what we report.
-    assert result["arch_list"] == torch_says(cuda_torch, "torch._C._cuda_getArchFlags().split()")
-    assert result["arch_list"] == torch_says(cuda_torch, "torch.cuda.get_arch_list()")
+    assert result["arch_list"] == flags
+    assert result["arch_list"] == arch_list
     assert result["arch_list"] == ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
     assert result["cuda_available"] is False
     assert result["devices"] == []
