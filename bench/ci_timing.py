@@ -5,15 +5,15 @@
     sudo .venv/bin/python bench/ci_timing.py compare REV_A REV_B [--modes cold,warm]
 
 `make test` times each stage with `time STAGE -- COMMAND` (lint = ruff + ansible-lint, syntax = the
-syntax-check loop, then its pytest runs: `pytest` for the unit and integration tests, `pytest-fleet` for
-the fleet tests) into DIR (default .cache/ci-timing/), and each pytest run NAME writes each test's seconds
-there as NAME-report.json (`--timing-json`, tests/conftest.py). `summary` adds the runs up and splits
-their time by stage: fleet = tests/integration/fleet/ and tests/molecule/, integration = the rest of
-tests/integration/, unit = tests/unit/; what no test accounts for (start-up, collection, session-fixture
-teardown) is its own row. `time` ends with a line naming the stage, its exit status, seconds and CPU
-seconds; `parse` adds up the pytest counts of each pytest run it names. The summary also lists the tests
-that used the most CPU seconds (their processes on this machine; a fleet host's are not counted), and the
-machine's CPU seconds over each pytest run: busy, idle, waiting on I/O, stolen (CPU-bound, or waiting?).
+syntax-check of every playbook, then its pytest runs: `pytest` for the unit and integration tests,
+`pytest-fleet` for the fleet tests) into DIR (default .cache/ci-timing/), and each pytest run NAME writes
+each test's seconds there as NAME-report.json (`--timing-json`, tests/conftest.py). `summary` adds the runs
+up and splits their time by stage: fleet = tests/integration/fleet/ and tests/molecule/, integration = the
+rest of tests/integration/, unit = tests/unit/; what no test accounts for (start-up, collection,
+session-fixture teardown) is its own row. `time` ends with a line naming the stage, its exit status, seconds
+and CPU seconds; `parse` adds up the pytest counts of each pytest run it names. The summary also lists the
+tests that used the most CPU seconds (their processes on this machine; a fleet host's are not counted), and
+the machine's CPU seconds over each pytest run: busy, idle, waiting on I/O, stolen (CPU-bound, or waiting?).
 
 A stage's CPU seconds are those of the processes its command started and waited for, theirs in turn
 included (getrusage RUSAGE_CHILDREN): the fleet's hosts count (each host's processes are waited for by
