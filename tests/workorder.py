@@ -10,9 +10,9 @@ up to 415 s, 435 s and 507 s; the last 90 s ran the torch extension build, the g
 build keys one after the other on one worker. Handed out slowest first, the same modules add up to about
 452 s on each worker (a replay of that run's test times through xdist's rule).
 
-SLOW_SCOPES holds the scopes over 30 s in those runs (the fleet run: its lanes and the modules with
-fleets of their own, however short), with their seconds (setup, calls and teardown of their tests on one
-worker). Only the order matters: a figure that drifts costs balance, never a test.
+SLOW_SCOPES holds the scopes over 30 s in one clean-clone run (the fleet run: its lanes and the modules
+with fleets of their own, however short), with their seconds (setup, calls and teardown of their tests on
+one worker). Only the order matters: a figure that drifts costs balance, never a test.
 tests/unit/test_workorder.py checks that each entry still names a lane or a test module.
 """
 
@@ -24,7 +24,7 @@ from xdist.scheduler import LoadFileScheduling
 
 FLEET_TESTS = ("tests/integration/fleet/", "tests/molecule/")
 # Two lanes, each one chain on one worker: the session fleet's users (in collection order) and the rollout
-# module (4 hosts of its own, about 45 % of the fleet tests' time). Neither holds two stack-heavy fleets
+# module (4 hosts of its own, about half of the fleet tests' time). Neither holds two stack-heavy fleets
 # at once: the session lane's big ones (molecule, the session stacks) run one after the other.
 ROLLOUT_LANE_MODULES = frozenset({"test_rolling_rebuild.py"})
 # Modules with fleets of their own float: each goes whole to whichever lane's worker frees up first, the
@@ -55,32 +55,37 @@ def fleet_lane(nodeid: str) -> str | None:
 
 
 SLOW_SCOPES: dict[str, float] = {
-    # the unit and integration run
-    "tests/integration/test_model_weights_role.py": 209,
-    "tests/integration/test_preflight.py": 164,
-    "tests/integration/test_bad_input.py": 96,
-    "tests/integration/test_sgl_kernel_role_index.py": 88,
-    "tests/integration/test_stack_bundle_source.py": 81,
-    "tests/integration/test_torch_cuda_archs.py": 74,
-    "tests/integration/test_sgl_kernel_role_local.py": 70,
-    # 130 s before its extension was split (nvcc no longer parses torch/extension.h): 38 s alone
-    "tests/integration/test_cuda_toolchain_torch_extension.py": 55,
-    "tests/integration/test_sgl_kernel_role_gb10.py": 48,
-    "tests/integration/test_spec_gate.py": 47,
+    # the unit and integration run (a clean-clone `.ci/run` of c0e02bd, 2026-12-07: 3 workers, 674 s)
+    "tests/integration/test_model_weights_role.py": 282,
+    "tests/integration/test_preflight.py": 258,
+    "tests/integration/test_sgl_kernel_role_index.py": 138,
+    "tests/integration/test_bad_input.py": 125,
+    "tests/integration/test_sgl_kernel_role_local.py": 108,
+    "tests/integration/test_stack_bundle_source.py": 107,
+    # 130 s before its extension was split (nvcc no longer parses torch/extension.h)
+    "tests/integration/test_cuda_toolchain_torch_extension.py": 105,
+    "tests/integration/test_torch_cuda_archs.py": 102,
+    "tests/integration/test_sgl_kernel_role_gb10.py": 78,
+    "tests/integration/test_spec_gate.py": 62,
+    "tests/integration/test_sgl_kernel_build_keys_local.py": 59,
+    "tests/integration/test_cuda_fatbin_fuzz.py": 46,
+    "tests/integration/test_stack_lock_inputs.py": 45,
     "tests/integration/test_stack_facts_entry.py": 41,
-    "tests/integration/test_stack_lock_inputs.py": 36,
     "tests/integration/test_bounded_waits.py": 35,
-    "tests/integration/test_gpu_facts.py": 32,
+    "tests/integration/test_gpu_facts.py": 31,
+    "tests/integration/test_sgl_kernel_variants.py": 31,
     # three real parses and two stand-in servers' lives (2026-12-06: 31 s alone)
     "tests/integration/test_sglang_stand_in.py": 31,
-    # the fleet run: the two lanes first (one to each worker), then the modules with fleets of their own
-    "fleet-session": 1128,
-    "fleet-rollout": 934,
-    "tests/integration/fleet/test_cuda_toolchain.py": 107,
-    "tests/integration/fleet/test_nvidia_driver_role.py": 87,
-    "tests/integration/fleet/test_fleet_verify_doctor.py": 76,
-    "tests/integration/fleet/test_fleet_teardown.py": 15,
-    "tests/integration/fleet/test_fleet_reboot.py": 6,
+    # the fleet run (the same .ci/run: 2 workers, 1,830 s): the two lanes first (one to each worker), then
+    # the modules with fleets of their own. The rollout lane is the stage's whole length (1,792 s); the
+    # session lane and the floating modules took the other worker 1,779 s.
+    "fleet-rollout": 1792,
+    "fleet-session": 1454,
+    "tests/integration/fleet/test_cuda_toolchain.py": 106,
+    "tests/integration/fleet/test_fleet_verify_doctor.py": 94,
+    "tests/integration/fleet/test_nvidia_driver_role.py": 83,
+    "tests/integration/fleet/test_fleet_teardown.py": 32,
+    "tests/integration/fleet/test_fleet_reboot.py": 11,
 }
 
 
