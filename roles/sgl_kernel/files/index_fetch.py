@@ -3,7 +3,8 @@
 Usage: index_fetch.py INDEX_URL PROJECT FILENAME SHA256 DEST. Reads <INDEX_URL>/<project>/, finds the
 link whose file name is FILENAME (relative links resolved against the page), downloads it next to DEST,
 and renames it to DEST only when its sha256 is SHA256. Prints JSON {url, sha256}; on failure exits 1
-with one line saying why. Run by the stack's interpreter on each host; standard library only.
+with one line on stdout saying why (stdout: Ansible's ssh connection runs a script under a terminal,
+ssh -tt, which merges stderr into it). Run by the stack's interpreter on each host; standard library only.
 """
 
 import hashlib
@@ -19,7 +20,7 @@ HREF = re.compile(r"""href\s*=\s*["']([^"']+)["']""", re.IGNORECASE)
 
 
 def fail(message):
-    print(message, file=sys.stderr)
+    print(message)
     sys.exit(1)
 
 
