@@ -8,7 +8,8 @@
 syntax-check of every playbook, then its pytest runs: `pytest` for the unit and integration tests,
 `pytest-fleet` for the fleet tests) into DIR (default .cache/ci-timing/), and each pytest run NAME writes
 each test's seconds there as NAME-report.json (`--timing-json`, tests/conftest.py). `summary` adds the runs
-up and splits their time by stage: fleet = tests/integration/fleet/ and tests/molecule/, integration = the
+up (runs that overlapped count once in the total: `time` records when each started and ended) and splits
+their time by stage: fleet = tests/integration/fleet/ and tests/molecule/, integration = the
 rest of tests/integration/, unit = tests/unit/; what no test accounts for (start-up, collection,
 session-fixture teardown) is its own row. `time` ends with a line naming the stage, its exit status, seconds
 and CPU seconds; `parse` adds up the pytest counts of each pytest run it names. The summary also lists the
@@ -35,6 +36,7 @@ import json
 import os
 import re
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -82,22 +84,35 @@ def time_command(directory: Path, stage: str, command: Sequence[str]) -> int:
     """Run ``command``, record its wall time, CPU seconds and exit status as DIR/STAGE.json, return its
     status."""
     cpu_before = _children_cpu()
-    started = time.monotonic()
+    started, started_at = time.monotonic(), time.time()
+    # Ctrl-C reaches the command (the terminal signals the whole process group) and it stops the way it
+    # does on its own (pytest tears its fleets down); this process waits for it instead of killing it
+    # 0.25 s later, as subprocess.run does on KeyboardInterrupt. A handler, unlike SIG_IGN, is reset to
+    # the default in the command: started in the background by a shell without job control (`... &` in a
+    # make recipe), this process inherits SIGINT ignored, and so would the command.
+    previous = signal.signal(signal.SIGINT, _wait_for_the_command)
     try:
         status = subprocess.run(list(command), check=False).returncode
     except OSError as error:
         print(f"ci_timing: cannot run {command[0]}: {error}", file=sys.stderr)
         status = 127
+    finally:
+        signal.signal(signal.SIGINT, previous)
     if status < 0:  # killed by a signal: report it the way a shell would
         status = 128 - status
     seconds = round(time.monotonic() - started, 3)
     cpu_seconds = round(_children_cpu() - cpu_before, 3)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / f"{stage}.json").write_text(json.dumps(
-        {"stage": stage, "seconds": seconds, "status": status, "cpu_seconds": cpu_seconds}) + "\n")
+        {"stage": stage, "seconds": seconds, "status": status, "cpu_seconds": cpu_seconds,
+         "started_at": round(started_at, 3), "ended_at": round(started_at + seconds, 3)}) + "\n")
     print(f"ci_timing: {stage} ended: exit {status} after {seconds:.1f} s, CPU {cpu_seconds:.1f} s"
           f"{_cores(cpu_seconds, seconds)}", flush=True)
     return status
+
+
+def _wait_for_the_command(_signum, _frame) -> None:
+    """SIGINT while a timed command runs: the command got it too; its exit ends the wait."""
 
 
 def _cores(cpu_seconds: float, seconds: float) -> str:
@@ -153,12 +168,14 @@ def stage_totals(directory: Path) -> Dict[str, dict]:
         if record is not None:
             totals[stage] = {"seconds": record["seconds"], "status": record["status"]}
     wall_total = accounted = collect = session_teardown = 0.0
-    status, reported = 0, False
+    status, reported, spans = 0, False, []
     for name in pytest_runs(directory):
         report = _read_json(directory / f"{name}-report.json")
         run = _read_json(directory / f"{name}.json")
         wall = run["seconds"] if run is not None else (report or {}).get("wall_seconds", 0.0)
         wall_total += wall
+        started = run is not None and "started_at" in run
+        spans.append((run["started_at"], run["ended_at"]) if started else None)
         status = status or (run["status"] if run is not None else (report or {}).get("exitstatus", 0))
         if report is None:  # pytest ran but wrote no report (killed, or failed before its session)
             continue
@@ -179,11 +196,24 @@ def stage_totals(directory: Path) -> Dict[str, dict]:
         collect += report["collect_seconds"]
         session_teardown += report["session_teardown_seconds"]
     if pytest_runs(directory):
-        totals["pytest"] = {"seconds": wall_total, "status": status}
+        # runs side by side (make test's fleet run beside the unit and integration run) count once: the
+        # time any of them ran; records without their start (older ones) add up
+        seconds = wall_total if None in spans else _covered(spans)
+        totals["pytest"] = {"seconds": round(seconds, 3), "status": status}
     if reported:
         totals["pytest other"] = {"seconds": max(wall_total - accounted, 0.0), "collect": collect,
                                   "session_teardown": session_teardown}
     return totals
+
+
+def _covered(spans: Sequence[Tuple[float, float]]) -> float:
+    """Seconds covered by the union of the (start, end) spans."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
 
 
 def _reports(directory: Path) -> List[dict]:

@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -520,6 +522,83 @@ def test_the_unit_and_fleet_runs_add_up_per_stage(tmp_path):
     assert summary[10] == "     420.0 s  fleet        tests/integration/fleet/test_f.py::test_site"
     assert summary[-1] == ("disk free on /: 90.0 GiB at the start, least 20.0 GiB (during "
                            "tests/integration/fleet/test_f.py::test_site), 84.0 GiB at the end")
+
+
+def test_runs_side_by_side_count_once_in_the_total(tmp_path):
+    """Two pytest runs that overlapped (started side by side): the total is the time either ran (their
+    stage rows still add up their tests' seconds), and a gap between runs does not count."""
+    rest = full_report(wall_seconds=50.0, exitstatus=0, tests=[
+        t for t in full_report()["tests"] if "fleet" not in t["nodeid"]])
+    fleet = full_report(wall_seconds=600.0, exitstatus=0, tests=[
+        t for t in full_report()["tests"] if "fleet" in t["nodeid"]])
+    write_timing(tmp_path, lint=(40.0, 0), syntax=(10.0, 0), report=rest)
+    (tmp_path / "pytest-fleet-report.json").write_text(json.dumps(fleet))
+    for name, start, seconds in (("pytest", 1000.0, 52.0), ("pytest-fleet", 1001.0, 605.0)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"stage": name, "seconds": seconds, "status": 0,
+                                                           "started_at": start, "ended_at": start + seconds}))
+    totals = ci_timing.stage_totals(tmp_path)
+    assert totals["pytest"] == {"seconds": 606.0, "status": 0}
+    assert totals["fleet"]["seconds"] == 575.0
+    assert "  total           656.0 s" in ci_timing.render_summary(tmp_path).splitlines()
+    # one after the other, with a gap: each run's own seconds
+    (tmp_path / "pytest-fleet.json").write_text(json.dumps({
+        "stage": "pytest-fleet", "seconds": 605.0, "status": 0, "started_at": 1100.0, "ended_at": 1705.0}))
+    assert ci_timing.stage_totals(tmp_path)["pytest"]["seconds"] == 657.0
+
+
+@pytest.mark.parametrize(("spans", "covered"), [
+    ([(0.0, 10.0)], 10.0),
+    ([(0.0, 10.0), (5.0, 8.0)], 10.0),
+    ([(5.0, 20.0), (0.0, 10.0)], 20.0),
+    ([(0.0, 1.0), (2.0, 3.0), (2.5, 4.0)], 3.0),
+])
+def test_covered_seconds_are_the_union_of_the_spans(spans, covered):
+    assert ci_timing._covered(spans) == covered
+
+
+def test_time_records_when_the_command_started_and_ended(tmp_path):
+    ci_timing.time_command(tmp_path, "pytest-fleet", python("import time; time.sleep(0.2)"))
+    record = json.loads((tmp_path / "pytest-fleet.json").read_text())
+    assert record["ended_at"] - record["started_at"] == pytest.approx(record["seconds"], abs=0.002)
+    assert abs(record["started_at"] - time.time()) < 30
+
+
+INTERRUPTED_CHILD = textwrap.dedent("""
+    import sys, time
+    try:
+        print("ready", flush=True)  # inside the try: the test's SIGINT may come as soon as it is read
+        time.sleep(30)
+    except KeyboardInterrupt:
+        time.sleep(1)  # longer than the 0.25 s subprocess.run would give it
+        print("cleaned up", flush=True)
+        sys.exit(2)
+""")
+
+
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_ctrl_c_reaches_the_timed_command_which_ends_the_way_it_chooses(tmp_path, sigint):
+    """Ctrl-C signals the terminal's whole process group: the command (pytest: it tears its fleets down)
+    gets KeyboardInterrupt and `time` waits for it, instead of killing it a quarter second later, as
+    subprocess.run does. Also when `time` itself was started with SIGINT ignored, as a background job of
+    a shell without job control is (`... &` in a make recipe)."""
+    script = tmp_path / "child.py"
+    script.write_text(INTERRUPTED_CHILD)
+    command = [sys.executable, str(REPO_ROOT / "bench" / "ci_timing.py"), "time", "pytest", "--dir",
+               str(tmp_path), "--", sys.executable, str(script)]
+    if sigint == "ignored":  # what `command &` does in a shell without job control
+        command = ["sh", "-c", 'trap "" INT; exec "$@"', "sh", *command]
+    timed = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert timed.stdout.readline() == "ready\n"
+        os.killpg(timed.pid, signal.SIGINT)
+        out, _ = timed.communicate(timeout=30)
+    finally:
+        if timed.poll() is None:
+            os.killpg(timed.pid, signal.SIGKILL)
+    assert out.splitlines()[0] == "cleaned up"
+    assert out.splitlines()[1].startswith("ci_timing: pytest ended: exit 2 after ")
+    assert timed.returncode == 2
+    assert json.loads((tmp_path / "pytest.json").read_text())["status"] == 2
 
 
 def test_time_says_when_a_stage_ended(tmp_path, capsys):
