@@ -70,10 +70,13 @@ bundle: setup
 TIMING_DIR := .cache/ci-timing
 MARK_ARGS = $(if $(TEST_MARK),-m "$(TEST_MARK)")
 TIMED := $(BIN)/python bench/ci_timing.py time --dir $(TIMING_DIR)
+# Not $(MAKE) in test's recipe: GNU make runs a recipe line that names $(MAKE) even under `make -n`, and
+# that line runs the whole suite (`make -n test` ran every test until 2026-12-07).
+SUBMAKE = $(MAKE) --no-print-directory
 test: setup
 	@rm -rf $(TIMING_DIR)
-	@$(TIMED) lint -- $(MAKE) --no-print-directory lint \
-	  && $(TIMED) syntax -- $(MAKE) --no-print-directory syntax \
+	@$(TIMED) lint -- $(SUBMAKE) lint \
+	  && $(TIMED) syntax -- $(SUBMAKE) syntax \
 	  && { $(TIMED) pytest -- $(BIN)/python -m pytest --timing-json=$(TIMING_DIR)/pytest-report.json $(MARK_ARGS) \
 	         --ignore=$(FLEET_TESTS) $(if $(filter-out 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile) $(PYTEST_ARGS); \
 	       rest=$$?; \

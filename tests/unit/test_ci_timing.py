@@ -6,6 +6,7 @@ colored closing line and a failure whose captured output holds another pytest's 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -911,3 +912,22 @@ def test_the_bytecode_of_sources_that_are_gone_is_pruned(tmp_path):
     assert conftest.prune_bytecode_cache(prefix) == [mirror / "gone", mirror / "kept" / "pkg" / "sub"]
     assert sorted(str(p.relative_to(mirror)) for p in mirror.rglob("*.pyc")) == ["kept/pkg/m.cpython-311.pyc"]
     assert not gone.exists()
+
+
+def test_make_n_test_shows_the_recipe_and_runs_nothing(tmp_path):
+    """GNU make runs a recipe line that names $(MAKE) even under -n: `make -n test` ran the whole suite
+    while the test recipe called its lint and syntax stages through $(MAKE)."""
+    timing = tmp_path / "timing"
+    make = subprocess.Popen(["make", "--no-print-directory", "-n", "test", f"TIMING_DIR={timing}"],
+                            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = make.communicate(timeout=60)
+    finally:  # a recipe that runs would start the whole suite: stop all of it
+        if make.poll() is None or timing.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(make.pid, signal.SIGKILL)
+    assert not timing.exists(), "make -n ran the recipe"
+    assert make.returncode == 0, err
+    assert f"bench/ci_timing.py time --dir {timing} lint -- " in out
+    assert " -m pytest " in out
