@@ -8,7 +8,7 @@
 syntax-check of every playbook, then its pytest runs: `pytest` for the unit and integration tests,
 `pytest-fleet` for the fleet tests) into DIR (default .cache/ci-timing/), and each pytest run NAME writes
 each test's seconds there as NAME-report.json (`--timing-json`, tests/conftest.py). `summary` adds the runs
-up (runs that overlapped count once in the total: `time` records when each started and ended) and splits
+up (runs that overlapped count once in the total: `time` records when each started) and splits
 their time by stage: fleet = tests/integration/fleet/ and tests/molecule/, integration = the
 rest of tests/integration/, unit = tests/unit/; what no test accounts for (start-up, collection,
 session-fixture teardown) is its own row. `time` ends with a line naming the stage, its exit status, seconds
@@ -105,7 +105,7 @@ def time_command(directory: Path, stage: str, command: Sequence[str]) -> int:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / f"{stage}.json").write_text(json.dumps(
         {"stage": stage, "seconds": seconds, "status": status, "cpu_seconds": cpu_seconds,
-         "started_at": round(started_at, 3), "ended_at": round(started_at + seconds, 3)}) + "\n")
+         "started_at": round(started_at, 3)}) + "\n")
     print(f"ci_timing: {stage} ended: exit {status} after {seconds:.1f} s, CPU {cpu_seconds:.1f} s"
           f"{_cores(cpu_seconds, seconds)}", flush=True)
     return status
@@ -175,7 +175,7 @@ def stage_totals(directory: Path) -> Dict[str, dict]:
         wall = run["seconds"] if run is not None else (report or {}).get("wall_seconds", 0.0)
         wall_total += wall
         started = run is not None and "started_at" in run
-        spans.append((run["started_at"], run["ended_at"]) if started else None)
+        spans.append((run["started_at"], run["started_at"] + wall) if started else None)
         status = status or (run["status"] if run is not None else (report or {}).get("exitstatus", 0))
         if report is None:  # pytest ran but wrote no report (killed, or failed before its session)
             continue
@@ -196,8 +196,8 @@ def stage_totals(directory: Path) -> Dict[str, dict]:
         collect += report["collect_seconds"]
         session_teardown += report["session_teardown_seconds"]
     if pytest_runs(directory):
-        # runs side by side (make test's fleet run beside the unit and integration run) count once: the
-        # time any of them ran; records without their start (older ones) add up
+        # runs that overlapped (started side by side) count once: the time any of them ran; records
+        # without their start (older ones) add up
         seconds = wall_total if None in spans else _covered(spans)
         totals["pytest"] = {"seconds": round(seconds, 3), "status": status}
     if reported:

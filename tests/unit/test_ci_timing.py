@@ -536,14 +536,14 @@ def test_runs_side_by_side_count_once_in_the_total(tmp_path):
     (tmp_path / "pytest-fleet-report.json").write_text(json.dumps(fleet))
     for name, start, seconds in (("pytest", 1000.0, 52.0), ("pytest-fleet", 1001.0, 605.0)):
         (tmp_path / f"{name}.json").write_text(json.dumps({"stage": name, "seconds": seconds, "status": 0,
-                                                           "started_at": start, "ended_at": start + seconds}))
+                                                           "started_at": start}))
     totals = ci_timing.stage_totals(tmp_path)
     assert totals["pytest"] == {"seconds": 606.0, "status": 0}
     assert totals["fleet"]["seconds"] == 575.0
     assert "  total           656.0 s" in ci_timing.render_summary(tmp_path).splitlines()
     # one after the other, with a gap: each run's own seconds
     (tmp_path / "pytest-fleet.json").write_text(json.dumps({
-        "stage": "pytest-fleet", "seconds": 605.0, "status": 0, "started_at": 1100.0, "ended_at": 1705.0}))
+        "stage": "pytest-fleet", "seconds": 605.0, "status": 0, "started_at": 1100.0}))
     assert ci_timing.stage_totals(tmp_path)["pytest"]["seconds"] == 657.0
 
 
@@ -557,11 +557,13 @@ def test_covered_seconds_are_the_union_of_the_spans(spans, covered):
     assert ci_timing._covered(spans) == covered
 
 
-def test_time_records_when_the_command_started_and_ended(tmp_path):
+def test_time_records_when_the_command_started(tmp_path):
+    before = time.time()
     ci_timing.time_command(tmp_path, "pytest-fleet", python("import time; time.sleep(0.2)"))
+    after = time.time()
     record = json.loads((tmp_path / "pytest-fleet.json").read_text())
-    assert record["ended_at"] - record["started_at"] == pytest.approx(record["seconds"], abs=0.002)
-    assert abs(record["started_at"] - time.time()) < 30
+    assert record["seconds"] >= 0.2
+    assert before - 0.001 <= record["started_at"] <= after - record["seconds"] + 0.001
 
 
 INTERRUPTED_CHILD = textwrap.dedent("""
