@@ -1,14 +1,16 @@
 """The stand-in model server's kept parser answers (tests/stand_ins/sglang-server,
 SGLANG_STAND_IN_PARSE_CACHE): the first start of a command line parses it with the real sglang 0.5.23
 parser and keeps the answer, a later start with the same command line, environment and install reuses
-it (no torch import) and serves the same; another command line is parsed again; a refused one is never
-kept and is refused at every start; without the variable nothing is kept."""
+it (no torch import) and serves the same, also from another stack (another environment directory) with
+the same sglang and torch, but not from one whose sglang differs; another command line is parsed again;
+a refused one is never kept and is refused at every start; without the variable nothing is kept."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -35,9 +37,9 @@ def _get(port: int, path: str, key: str | None = None) -> tuple[int, dict]:
         return error.code, json.loads(error.read())
 
 
-def _serve(home: Path, argv: list[str], port: int, env: dict) -> tuple[str, dict]:
+def _serve(home: Path, argv: list[str], port: int, env: dict, python: Path | None = None) -> tuple[str, dict]:
     """Start the stand-in, wait until it is ready, read what it serves, stop it: (its log, answers)."""
-    proc = subprocess.Popen([str(parser_python()), "-m", "sglang_server_stand_in", *argv],
+    proc = subprocess.Popen([str(python or parser_python()), "-m", "sglang_server_stand_in", *argv],
                             env={**os.environ, "HOME": str(home), "SGLANG_STAND_IN_DELAY": "0", **env},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -102,3 +104,44 @@ def test_a_refused_command_line_is_refused_at_every_start_and_nothing_kept_witho
     assert served["key"][0] == 200
     assert KEPT not in out
     assert list(home.iterdir()) == []
+
+
+def _other_stack(root: Path, record_suffix: str | None = None) -> Path:
+    """Python of a new environment directory that imports the parser venv's packages (a .pth file), as a
+    new stack holding the same sglang and torch does; with ``record_suffix`` its own copy of sglang's
+    dist-info, whose RECORD differs (what another sglang build would have), is found first."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    python = root / "bin" / "python"
+    purelib = [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]
+    site = Path(subprocess.run(purelib, check=True, capture_output=True, text=True).stdout.strip())
+    parser_site = Path(subprocess.run([str(parser_python()), *purelib[1:]], check=True, capture_output=True,
+                                      text=True).stdout.strip())
+    (site / "parser.pth").write_text(f"{parser_site}\n")
+    if record_suffix is not None:
+        [info] = parser_site.glob("sglang-*.dist-info")
+        copy = site / info.name
+        copy.mkdir()
+        for name in ("METADATA", "RECORD"):
+            (copy / name).write_bytes((info / name).read_bytes())
+        with open(copy / "RECORD", "a", encoding="utf-8") as record:
+            record.write(record_suffix)
+    return python
+
+
+def test_a_new_stack_with_the_same_sglang_reuses_the_answer_and_another_sglang_does_not(tmp_path):
+    port = free_port()
+    argv = ["--model-path", "/models/stand-in", "--port", str(port), "--api-key", KEY]
+    first, _ = _serve(tmp_path, argv, port, KEEP_PARSE)
+    assert KEPT not in first
+
+    same = _other_stack(tmp_path / "stack-b")
+    again, served = _serve(tmp_path, argv, port, KEEP_PARSE, python=same)
+    assert KEPT in again, again[-3000:]
+    assert served["key"][0] == 200
+    assert served["key"][1]["data"][0]["id"] == "/models/stand-in"
+
+    other = _other_stack(tmp_path / "stack-c", record_suffix="sglang/extra.py,sha256=x,1\n")
+    third, served = _serve(tmp_path, argv, port, KEEP_PARSE, python=other)
+    assert KEPT not in third, third[-3000:]
+    assert served["key"][0] == 200
+    assert len(list((tmp_path / KEEP_PARSE["SGLANG_STAND_IN_PARSE_CACHE"]).iterdir())) == 2

@@ -52,6 +52,7 @@ Without a speculative algorithm meta_info has no spec_* field, as in SGLang.
 """
 
 import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -354,9 +355,23 @@ PARSED_FIELDS = ("model_path", "served_model_name", "host", "port", "tp_size", "
                  "speculative_num_draft_tokens")
 
 
+def installed_record(name):
+    """The RECORD of distribution ``name`` in this Python (every file of it, with its sha256), or its
+    version alone where the RECORD cannot be read; '' where it is not installed."""
+    try:
+        dist = importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+    return dist.read_text("RECORD") or dist.version
+
+
 def parse_key(argv):
+    """What the parser's answer depends on: the installed sglang (all its files), the torch beside it,
+    this Python, this stand-in, the command line and SGLANG_* environment. Not the stack's path: a new
+    stack with the same sglang and torch reuses the answer."""
     digest = hashlib.sha256()
-    for part in (stack_of_this_process(), read_bytes(sglang_file("srt/server_args.py")),
+    for part in (installed_record("sglang"), installed_record("torch"), sys.version,
+                 read_bytes(sglang_file("srt/server_args.py")),
                  read_bytes(__file__), json.dumps(argv),
                  json.dumps(sorted((k, v) for k, v in os.environ.items()
                                    if k.startswith("SGLANG_") and not k.startswith("SGLANG_STAND_IN_")))):
