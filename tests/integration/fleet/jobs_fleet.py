@@ -130,6 +130,10 @@ def model(hub_url: str, **env) -> dict:
             "env": {"SGLANG_STAND_IN_DELAY": "1", "SGLANG_STAND_IN_LATENCY": "0.2", **KEEP_PARSE, **env}}
 
 
+# host 3's wheel mirror: a path the wheelhouse does not have (HTTP 404 for every file)
+NO_KERNEL_MIRROR = "{}sglang-fleet-no-kernel/"
+
+
 class JobsFleet:
     """The 4-host scenario: inventory, profiles, and what the tests read back from the hosts."""
 
@@ -185,6 +189,8 @@ class JobsFleet:
         (root / "10-groups.yml").write_text(yaml.safe_dump(groups))
         for host in [*self.models, self.gateway]:
             values = {"sglang_service_models": [model(self.hub.url)] if host in self.models else []}
+            if host == self.models[2]:  # a wheel mirror without the released kernel wheel: the store's copy
+                values["sgl_kernel_wheel_mirrors"] = [NO_KERNEL_MIRROR.format(self.fleet.wheelhouse_url)]
             values.update((host_vars or {}).get(host, {}))
             (root / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(values))
 

@@ -40,6 +40,7 @@ from fleet import Fleet
 from fleet_present import checked_fleet
 from jobs_fleet import (
     MODEL_PORT,
+    NO_KERNEL_MIRROR,
     STACK_ROOT,
     ClientLoop,
     JobsFleet,
@@ -144,8 +145,29 @@ def kernels_in_uv_cache(jobs: JobsFleet, host: str) -> int:
     return int(jobs.ssh(host, find))
 
 
+TAKE_KERNEL = ("Take the released wheel from the build host's download or the wheel mirrors "
+               "(checked by sha256)")
+WHY_STORE = "Say why the released wheel is copied from the artifact store"
+KERNEL_FROM_STORE = "Copy the wheel from the artifact store"
+
+
 def test_site_converges_on_models_and_gateway_and_a_second_run_changes_nothing(jobs, provisioned):
-    _first, second = provisioned
+    first, second = provisioned
+    # the released kernel wheel: the build host (host 1) hardlinks its own download, host 2 fetches it
+    # from the wheelhouse (stack_find_links), host 3's mirror lacks it (404): copied from the store
+    h1, h2, h3 = jobs.models
+    taken = first.task_runs(TAKE_KERNEL)
+    wheel = taken[h1]["fetched"]
+    assert [w.startswith("sglang_kernel-0.4.10-") for w in wheel] == [True], taken[h1]
+    assert taken[h2]["fetched"] == wheel, taken[h2]
+    assert (taken[h3]["fetched"], taken[h3]["missing"]) == ([], wheel), taken[h3]
+    assert f"{NO_KERNEL_MIRROR.format(jobs.fleet.wheelhouse_url)}{wheel[0]}: HTTP 404" in \
+        first.task(h3, WHY_STORE)["msg"]
+    assert {h: r["event"] for h, r in first.task_runs(KERNEL_FROM_STORE).items()} == {
+        h1: "runner_on_skipped", h2: "runner_on_skipped", h3: "runner_on_ok"}
+    work = "/var/cache/sglang-fleet/sgl-kernel"  # the role's default sgl_kernel_work_dir
+    inodes = jobs.ssh(h1, f"stat -c %i {work}/download/{wheel[0]} {work}/install/{wheel[0]}").split()
+    assert len(set(inodes)) == 1, inodes  # one file, not a copy
     assert second.rc == 0, second.stdout[-6000:]
     assert set(second.stats["ok"]) == {*jobs.models, jobs.gateway}
     assert {host: second.stats.get("changed", {}).get(host, 0) for host in second.stats["ok"]} == {
