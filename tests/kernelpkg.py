@@ -6,6 +6,7 @@ as a tarball under a GitHub-like mirror tree (``<mirror>/fleet-test/tinydep/arch
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import gzip
 import hashlib
 import io
@@ -86,14 +87,22 @@ def purelib(python) -> str:
 
 
 def build_env(venv: Path, torch_venv_python) -> Path:
-    """A venv with the pinned build requirements that also sees the packages of ``torch_venv_python``."""
-    if not (venv / ".ready").exists():
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-        subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        *BUILD_REQUIREMENTS], check=True, timeout=900)
-        (venv / ".ready").write_text("\n".join(BUILD_REQUIREMENTS))
-    Path(purelib(venv / "bin/python"), "_torch.pth").write_text(
-        f"import site; site.addsitedir({purelib(torch_venv_python)!r})\n")
+    """A venv with the pinned build requirements that also sees the packages of ``torch_venv_python``.
+
+    Made once under a lock beside it (xdist workers ask for the same one at once on an empty cache: one
+    making it with ``venv --clear`` must not wipe it under another's build); one venv serves one torch."""
+    with open(venv.parent / f"{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (venv / ".ready").exists():
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+            subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q",
+                            "--disable-pip-version-check", *BUILD_REQUIREMENTS], check=True, timeout=900)
+            (venv / ".ready").write_text("\n".join(BUILD_REQUIREMENTS))
+        pth = Path(purelib(venv / "bin/python"), "_torch.pth")
+        line = f"import site; site.addsitedir({purelib(torch_venv_python)!r})\n"
+        if not pth.exists() or pth.read_text() != line:
+            assert not pth.exists(), f"{venv} serves another torch ({pth.read_text().strip()}): key it apart"
+            pth.write_text(line)
     return venv / "bin/python"
 
 

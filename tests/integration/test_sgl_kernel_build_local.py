@@ -27,7 +27,7 @@ NVCC_BIN = "/usr/local/cuda/bin"
 @pytest.fixture(scope="module")
 def build_python():
     require(shutil.which("nvcc") is not None or Path(NVCC_BIN, "nvcc").exists(), "nvcc is needed")
-    return build_env(cache_dir("sgl-kernel-test-buildenv"), torch_python("2.13.0"))
+    return build_env(cache_dir("sgl-kernel-test-buildenv", "torch-2.13.0"), torch_python("2.13.0"))
 
 
 @pytest.fixture(scope="module")

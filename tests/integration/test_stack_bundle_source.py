@@ -189,7 +189,7 @@ def test_the_served_bundle_alone_builds_the_kernel_with_the_sgl_kernel_role(bund
     served bundle only (the "GitHub" server is stopped), and the built kernel is installed."""
     require(shutil.which("nvcc") is not None or Path("/usr/local/cuda/bin/nvcc").exists(), "nvcc is needed")
     torch = torch_python("2.13.0")
-    build_python = build_env(cache_dir("sgl-kernel-test-buildenv"), torch)
+    build_python = build_env(cache_dir("sgl-kernel-test-buildenv", "torch-2.13.0"), torch)
     source_archive(bundle.github, REF)
     out = tmp_path / "bundle"
     assert bundle(out).rc == 0
