@@ -243,7 +243,8 @@ class JobsFleet:
         with urllib.request.urlopen(f"http://{self.address[self.gateway]}:{GATEWAY_PORT}/workers",
                                     timeout=10) as response:
             workers = json.loads(response.read())["workers"]
-        return {w["url"]: w["is_healthy"] for w in workers}
+        # in rotation: what SMG routes to (a worker it lists as draining gets no new request)
+        return {w["url"]: w["is_healthy"] for w in workers if w.get("status") != "draining"}
 
     def worker_url(self, host: str) -> str:
         return f"http://{self.address[host]}:{MODEL_PORT}"
