@@ -100,9 +100,9 @@ def build_env(venv: Path, torch_venv_python) -> Path:
             (venv / ".ready").write_text("\n".join(BUILD_REQUIREMENTS))
         pth = Path(purelib(venv / "bin/python"), "_torch.pth")
         line = f"import site; site.addsitedir({purelib(torch_venv_python)!r})\n"
-        if not pth.exists() or pth.read_text() != line:
-            assert not pth.exists(), f"{venv} serves another torch ({pth.read_text().strip()}): key it apart"
+        if not pth.exists():
             pth.write_text(line)
+        assert pth.read_text() == line, f"{venv} serves another torch ({pth.read_text().strip()}): key apart"
     return venv / "bin/python"
 
 
