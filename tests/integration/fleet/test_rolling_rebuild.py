@@ -62,6 +62,7 @@ ROLLOUT = REPO_ROOT / "playbooks" / "rolling_rebuild.yml"
 BUILD = "Start the build under its memory limit"
 INSTALL = "Install the wheel into the stack, without dependencies so that torch stays as pinned"
 SUMMARY = "Collect the rollout's records"
+SYNC = "Sync the environment to the lock (hash-checked, no index)"
 SNAPSHOT = REPO_ROOT / "playbooks" / "snapshot.yml"
 REPRODUCE = REPO_ROOT / "playbooks" / "reproduce.yml"
 VERIFY = REPO_ROOT / "playbooks" / "verify.yml"
@@ -518,9 +519,8 @@ def test_reproduce_moves_a_host_onto_another_hosts_lock_and_gates_its_model(jobs
     # the rollout's order: installed beside (current untouched), out of rotation, drained, switched,
     # restarted, back in rotation
     tasks = [r["task"] for r in result.results[h3] if r["event"] != "runner_on_skipped"]
-    steps = ["Sync the environment to the lock (hash-checked, no index)", ROUTE,
-             "Wait for the requests in flight of each model to finish", "Point current at the stack",
-             GATE_POLL, ROUTE]
+    steps = [SYNC, ROUTE, "Wait for the requests in flight of each model to finish",
+             "Point current at the stack", GATE_POLL, ROUTE]
     at = [tasks.index(steps[0])]
     for step in steps[1:]:
         at.append(tasks.index(step, at[-1] + 1))
@@ -754,9 +754,12 @@ def pair_inventory(jobs: JobsFleet):
 
 @pytest.fixture(scope="module")
 def pair_rollouts(jobs, provisioned, first_rollout):
-    """h2 and h3 also serve `pair` (provisioned by site.yml on B), then two rollouts: every model host to D
-    (profile `pair`: a new stack on each), then the pair's hosts back to B with h3's servers crashing on B
-    (the stand-in's crash-on-stack file names B on h3: its `main` fails its gate, its rank 1 never joins)."""
+    """h2 and h3 also serve `pair` (provisioned by site.yml on B), then two rollouts: every model host to A
+    (the default profile: site.yml's stack, still on each host, so the walk switches without staging),
+    then the pair's hosts back to B with h3's servers crashing on B (the stand-in's crash-on-stack file
+    names B on h3: its `main` fails its gate, its rank 1 never joins). Until 2026-12-08 the first rollout
+    went to a profile of its own (a new stack on each host: three ~7 GB installs, and a clean-clone
+    .ci/run's disk ran out); staging is the other rollouts' subject, the pair's is the unit's walk."""
     _h1, h2, h3 = jobs.models
     groups = pair_inventory(jobs)
     b_profile = jobs.workdir / "rollout.yml"
@@ -765,16 +768,15 @@ def pair_rollouts(jobs, provisioned, first_rollout):
     assert site.rc == 0, site.stdout[-6000:]
     assert pair_healthy(jobs, h2), "site.yml started the pair (rank 0 on h2, rank 1 on h3)"
     on_b = {h: jobs.current(h) for h in (h2, h3)}
-    (jobs.workdir / "d").mkdir(exist_ok=True)
-    jobs.use_profile(profile_file(jobs.workdir / "d", "pair", **{
-        "sgl_kernel.install": "source", "sgl_kernel.source.archive_url": jobs.kernel["url"]}))
+    stacks_before = {h: jobs.stacks(h) for h in (h2, h3)}
+    jobs.use_profile(None)  # A
     pids = pair_pids(jobs, (h2, h3))
     client = ClientLoop(f"http://{jobs.address[jobs.gateway]}:8000")
     client.start()
     try:
         starts = TaskStarts()
         passed = play(jobs, ROLLOUT, timeout=2400, on_event=starts)
-        on_d = {h: jobs.current(h) for h in (h2, h3)}
+        on_a = {h: jobs.current(h) for h in (h2, h3)}
         after_passed = {"pair": pair_healthy(jobs, h2), "pids": pair_pids(jobs, (h2, h3)),
                         "workers": jobs.gateway_workers()}
         jobs.use_profile(b_profile)
@@ -787,10 +789,11 @@ def pair_rollouts(jobs, provisioned, first_rollout):
         jobs.ssh(h3, f"rm -f {CRASH_ON_STACK}", check=False)
         jobs.write_inventory()
         groups.unlink()
-    print(f"\nrollouts of a model on 2 hosts (B -> D through, D -> B failing on h3): client requests through "
+    print(f"\nrollouts of a model on 2 hosts (B -> A through, A -> B failing on h3): client requests through "
           f"the gateway: {client.total} ({client.ok} ok, {len(client.failures)} failed)")
-    return {"on_b": on_b, "on_d": on_d, "pids": pids, "starts": starts, "passed": passed,
-            "after_passed": after_passed, "failed": failed, "after_failed": after_failed, "client": client}
+    return {"stacks_before": stacks_before, "on_b": on_b, "on_a": on_a, "pids": pids, "starts": starts,
+            "passed": passed, "after_passed": after_passed, "failed": failed, "after_failed": after_failed,
+            "client": client}
 
 
 def results(records: dict) -> dict:
@@ -812,10 +815,13 @@ def test_a_multi_node_model_is_rolled_as_one_unit_gated_at_rank_0(jobs, pair_rol
     records = summary(passed)
     assert records[h2]["result"] == records[h3]["result"] == "updated", results(records)
     assert records[h2]["new_fingerprint"] == records[h3]["new_fingerprint"]
-    on_d = pair_rollouts["on_d"]
-    assert on_d[h2] == on_d[h3] == records[h2]["new_stack"] != pair_rollouts["on_b"][h2]
+    on_a = pair_rollouts["on_a"]
+    assert on_a[h2] == on_a[h3] == records[h2]["new_stack"] != pair_rollouts["on_b"][h2]
+    # A was on both hosts already (site.yml's stack, kept): switched to, nothing staged or removed
+    assert all(on_a[h] in pair_rollouts["stacks_before"][h] for h in (h2, h3))
+    assert not events(passed, SYNC), "no stack staged"
     assert all(after["pids"][h] != pair_rollouts["pids"][h] for h in (h2, h3)), "both ranks restarted"
-    assert after["pair"], "rank 0 ready: rank 1 joined on the same new stack"
+    assert after["pair"], "rank 0 ready: rank 1 joined on the same stack"
     assert after["workers"] == {jobs.worker_url(h): True for h in jobs.models}
     client = pair_rollouts["client"]
     assert client.failures == [], client.failures[:10]
@@ -824,7 +830,7 @@ def test_a_multi_node_model_is_rolled_as_one_unit_gated_at_rank_0(jobs, pair_rol
 
 def test_a_multi_node_model_whose_rank_fails_is_rolled_back_as_one_unit(jobs, pair_rollouts):
     """Back to B on the pair's hosts, with h3's servers crashing on B: h3's `main` fails its gate and rank 0
-    on h2 never sees rank 1, so both hosts go back to D together, the pair serves again, the rollout
+    on h2 never sees rank 1, so both hosts go back to A together, the pair serves again, the rollout
     halts, and the client through the gateway sees no failure."""
     _h1, h2, h3 = jobs.models
     failed, after = pair_rollouts["failed"], pair_rollouts["after_failed"]
@@ -835,7 +841,7 @@ def test_a_multi_node_model_whose_rank_fails_is_rolled_back_as_one_unit(jobs, pa
     assert records[h2]["result"] == records[h3]["result"] == "rolled back", results(records)
     assert "sglang-main" in records[h3]["reason"], results(records)
     assert f"{h3}: " in records[h2]["reason"], results(records)
-    assert after["current"] == pair_rollouts["on_d"], "both ranks back on D"
+    assert after["current"] == pair_rollouts["on_a"], "both ranks back on A"
     assert after["pair"], "rank 0 ready again: rank 1 rejoined on the same stack"
     assert all(after["main"].values()), after["main"]
     assert after["workers"] == {jobs.worker_url(h): True for h in jobs.models}
