@@ -13,9 +13,6 @@ PYTEST_ARGS ?=
 # harness modules on one worker, everything else in order on the other); with 1, all in order. Both runs
 # always run; either failing fails make test. PYTEST_ARGS goes to both (options: -x, -k, --lf; a path
 # would run in both).
-# make test leaves out the extended tier (tests/tiers.py EXTENDED_TESTS: fleet tests left out of CI
-# for time); make test-all runs every test (TEST_MARK empty).
-TEST_MARK ?= not extended
 # 3 workers: the stage is CPU-bound, but its tests also wait (2026-12-05, one run each: 2 workers 586 s,
 # 3 workers 534 s and 520 s inside a whole .ci/run, 4 workers 549 s).
 PYTEST_WORKERS ?= 3
@@ -25,14 +22,13 @@ FLEET_TESTS := tests/integration/fleet
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help setup site lock bundle test test-all lint ruff ansible-lint syntax pytest unit integration mutation fleet-up fleet-down clean
+.PHONY: help setup site lock bundle test lint ruff ansible-lint syntax pytest unit integration mutation fleet-up fleet-down clean
 
 help:
 	@echo "make site        provision the hosts of INVENTORY (default: this machine, inventory/local)"
 	@echo "make lock        (re)write profiles/pylock.PROFILE.toml (PROFILE=stable), the profile's full hashed lock"
 	@echo "make bundle      bundles/PROFILE: the lock and its wheels, for installs with no index (PLATFORMS=...)"
 	@echo "make test        ruff, ansible-lint (production), syntax-check of every playbook, pytest (what CI runs)"
-	@echo "make test-all    make test with the extended tier too (fleet tests left out of CI for time)"
 	@echo "make setup       create .venv/ from requirements.txt (no-op when up to date)"
 	@echo "make unit        unit tests only (fast, no fleet, no nvcc)"
 	@echo "make mutation    mutation score of every module_utils/ file against the unit suite (slow; not in test)"
@@ -68,7 +64,6 @@ bundle: setup
 # recipe then exits non-zero, so `make test` still fails. lint and syntax stop it at their failure; the
 # two pytest runs both run.
 TIMING_DIR := .cache/ci-timing
-MARK_ARGS = $(if $(TEST_MARK),-m "$(TEST_MARK)")
 TIMED := $(BIN)/python bench/ci_timing.py time --dir $(TIMING_DIR)
 # Not $(MAKE) in test's recipe: GNU make runs a recipe line that names $(MAKE) even under `make -n`, and
 # that line runs the whole suite (`make -n test` ran every test until 2026-12-07).
@@ -77,17 +72,13 @@ test: setup
 	@rm -rf $(TIMING_DIR)
 	@$(TIMED) lint -- $(SUBMAKE) lint \
 	  && $(TIMED) syntax -- $(SUBMAKE) syntax \
-	  && { $(TIMED) pytest -- $(BIN)/python -m pytest --timing-json=$(TIMING_DIR)/pytest-report.json $(MARK_ARGS) \
+	  && { $(TIMED) pytest -- $(BIN)/python -m pytest --timing-json=$(TIMING_DIR)/pytest-report.json \
 	         --ignore=$(FLEET_TESTS) $(if $(filter-out 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile) $(PYTEST_ARGS); \
 	       rest=$$?; \
-	       $(TIMED) pytest-fleet -- $(BIN)/python -m pytest --timing-json=$(TIMING_DIR)/pytest-fleet-report.json $(MARK_ARGS) \
+	       $(TIMED) pytest-fleet -- $(BIN)/python -m pytest --timing-json=$(TIMING_DIR)/pytest-fleet-report.json \
 	         $(if $(filter-out 1,$(FLEET_WORKERS)),-n $(FLEET_WORKERS) --dist loadgroup) $(FLEET_TESTS) $(PYTEST_ARGS); \
 	       fleet=$$?; test $$rest = 0 && test $$fleet = 0; }; \
 	  status=$$?; echo; $(BIN)/python bench/ci_timing.py summary $(TIMING_DIR); exit $$status
-
-# Every test, the extended tier too (about 110 minutes on 2 cores): before changing what it covers.
-test-all:
-	@$(MAKE) --no-print-directory test TEST_MARK=
 
 lint: ruff ansible-lint
 

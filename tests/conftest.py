@@ -52,7 +52,6 @@ import pytest
 from ansible_run import prune_payload_cache
 from cache import cache_root
 from fleet.system import children_cpu_seconds, mounts_under, reaped_cpu_seconds
-from tiers import extended
 from workorder import OWN_FLEET_MODULES, SlowestFirst, SlowestFirstFileScheduling, fleet_lane, fleet_module
 from xdist.scheduler import LoadGroupScheduling
 
@@ -117,11 +116,7 @@ class FleetGroupScheduling(SlowestFirst, LoadGroupScheduling):
         return fleet_lane(nodeid) or super()._split_scope(nodeid)
 
 
-@pytest.hookimpl(tryfirst=True)  # before the mark plugin's -m selection reads the marks
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if extended(item.nodeid):
-            item.add_marker(pytest.mark.extended)
     mixed = [item.nodeid for item in items if fleet_lane(item.nodeid) != "fleet-session"
              and fleet_module(item.nodeid) is not None
              and "fleet" in getattr(item, "fixturenames", ())]  # fixturenames holds fleet_stack's too
