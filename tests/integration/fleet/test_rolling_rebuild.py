@@ -817,7 +817,7 @@ def test_a_multi_node_model_is_rolled_as_one_unit_gated_at_rank_0(jobs, pair_rol
     assert records[h2]["new_fingerprint"] == records[h3]["new_fingerprint"]
     on_a = pair_rollouts["on_a"]
     assert on_a[h2] == on_a[h3] == records[h2]["new_stack"] != pair_rollouts["on_b"][h2]
-    # A was on both hosts already (site.yml's stack, kept): switched to, nothing staged or removed
+    # A was on both hosts already (site.yml's stack, kept): switched to, nothing staged
     assert all(on_a[h] in pair_rollouts["stacks_before"][h] for h in (h2, h3))
     assert not events(passed, SYNC), "no stack staged"
     assert all(after["pids"][h] != pair_rollouts["pids"][h] for h in (h2, h3)), "both ranks restarted"
